@@ -1,0 +1,97 @@
+"""The shared model of a module that rules query: roles, grad mode, values, training steps."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected, Context, GradMode, Loop, collect
+from gradlint.analysis.names import dotted_name
+from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.values import GradValues, names_in
+
+__all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
+
+
+class ModuleAnalysis:
+    """Facts about one parsed module, computed once and shared by every rule."""
+
+    def __init__(self, module: cst.Module, collected: Collected) -> None:
+        self.module = module
+        self.collected = collected
+        self.imports = collected.imports
+        self.roles = Roles(collected)
+        self.events = EventIndex(collected, self.roles)
+        self.values = GradValues(collected, self.roles, self.events)
+        self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
+
+    @cached_property
+    def is_torch_code(self) -> bool:
+        """False for files written for another framework only (MXNet, TensorFlow, JAX)."""
+        return self.imports.is_torch_code()
+
+    @cached_property
+    def training_steps(self) -> list[TrainingStep]:
+        """Every training step of the module, in source order."""
+        return self.events.training_steps()
+
+    def context(self, node: cst.CSTNode) -> Context:
+        """Where a call or statement sits: scope, loops, ifs and grad mode."""
+        return self.collected.contexts[node]
+
+    def statement_of(self, call: cst.Call) -> cst.CSTNode:
+        """The statement a call belongs to."""
+        return self.collected.statement_of[call]
+
+    def statements_in(self, region: Loop | cst.FunctionDef) -> list[cst.BaseSmallStatement]:
+        """The simple statements of a loop's body or a function's own body, in order."""
+        if region not in self._statements_in:
+            contexts = self.collected.contexts
+            if isinstance(region, cst.FunctionDef):
+                found = [s for s in self.collected.statements if contexts[s].scope is region]
+            else:
+                found = [s for s in self.collected.statements if region in contexts[s].loops]
+            self._statements_in[region] = found
+        return self._statements_in[region]
+
+    def rebinds(self, region: Loop | cst.FunctionDef, key: str) -> bool:
+        """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`)."""
+        for statement in self.statements_in(region):
+            if isinstance(statement, cst.Assign) and key not in set(names_in(statement.value)):
+                if any(key == dotted_name(target.target) for target in statement.targets):
+                    return True
+            elif isinstance(statement, cst.Del) and key in set(names_in(statement.target)):
+                return True
+            elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                func = statement.value.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "clear" and dotted_name(func.value) == key:
+                    return True
+        return False
+
+    def backpropagated_names(self, region: Loop | cst.FunctionDef) -> set[str]:
+        """Names whose value reaches a backward inside `region`, through assignments."""
+        names: set[str] = set()
+        for event in self.events.region_events(region):
+            if event.kind is Kind.BACKWARD and event.value is not None and event.node is event.site:
+                names.update(names_in(event.value))
+        assignments = [s for s in self.statements_in(region) if isinstance(s, cst.Assign)]
+        changed = True
+        while changed:
+            changed = False
+            for statement in assignments:
+                targets = {dotted_name(target.target) for target in statement.targets}
+                if targets & names and not set(names_in(statement.value)) <= names:
+                    names.update(names_in(statement.value))
+                    changed = True
+        return names
+
+    def is_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether `expression` carries autograd history just before statement `at`."""
+        return self.values.is_grad(expression, at)
+
+
+def analyze(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> ModuleAnalysis:
+    """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules."""
+    return ModuleAnalysis(module, collect(module, wanted_types))

@@ -1,0 +1,214 @@
+"""The single traversal of a module: imports, scopes, loops, grad mode and node indexes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+import libcst as cst
+
+from gradlint.analysis.names import ImportMap, last_name
+
+Loop = cst.For | cst.While
+Scope = cst.FunctionDef | cst.Module
+
+# Lightning runs these hooks under torch.no_grad(); their bodies build no graph.
+NO_GRAD_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
+
+
+class GradMode(Enum):
+    """Whether autograd records operations at a point of the program."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    DYNAMIC = "dynamic"  # e.g. set_grad_enabled(phase == "train")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a node sits: its function, class, loops and ifs (innermost last), grad mode."""
+
+    scope: Scope
+    class_def: cst.ClassDef | None = None
+    loops: tuple[Loop, ...] = ()
+    ifs: tuple[cst.CSTNode, ...] = ()
+    grad_mode: GradMode = GradMode.ENABLED
+    class_body: bool = False  # directly in a class body, where a def is a method
+
+    @property
+    def no_grad(self) -> bool:
+        """True inside no_grad/inference_mode/set_grad_enabled(False) or a decorated function."""
+        return self.grad_mode is GradMode.DISABLED
+
+    @property
+    def function(self) -> cst.FunctionDef | None:
+        """The innermost enclosing function, if any."""
+        return self.scope if isinstance(self.scope, cst.FunctionDef) else None
+
+
+def grad_mode_of(call: cst.BaseExpression) -> GradMode | None:
+    """The grad mode a `with` item or decorator switches to, or None if it is not one."""
+    func = call.func if isinstance(call, cst.Call) else call
+    name = last_name(func)
+    if name in ("no_grad", "inference_mode"):
+        if isinstance(call, cst.Call) and call.args and _is_false(call.args[0].value):
+            return GradMode.ENABLED if name == "inference_mode" else None
+        return GradMode.DISABLED
+    if name == "enable_grad":
+        return GradMode.ENABLED
+    if name == "set_grad_enabled" and isinstance(call, cst.Call) and call.args:
+        value = call.args[0].value
+        if isinstance(value, cst.Name) and value.value in ("True", "False"):
+            return GradMode.ENABLED if value.value == "True" else GradMode.DISABLED
+        return GradMode.DYNAMIC
+    return None
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+@dataclass
+class Collected:
+    """Everything the traversal recorded, in source order."""
+
+    module: cst.Module
+    imports: ImportMap = field(default_factory=ImportMap)
+    contexts: dict[cst.CSTNode, Context] = field(default_factory=dict)
+    order: dict[cst.CSTNode, int] = field(default_factory=dict)
+    calls: list[cst.Call] = field(default_factory=list)
+    statements: list[cst.BaseSmallStatement] = field(default_factory=list)
+    functions: list[cst.FunctionDef] = field(default_factory=list)
+    classes: list[cst.ClassDef] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    by_type: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
+    def_scopes: dict[cst.FunctionDef, Scope] = field(default_factory=dict)
+    owners: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
+    statement_of: dict[cst.Call, cst.CSTNode] = field(default_factory=dict)
+
+
+class Collector(cst.CSTVisitor):
+    """Walks a module once, recording each call's and statement's Context."""
+
+    def __init__(self, module: cst.Module, wanted_types: frozenset[str]) -> None:
+        self.result = Collected(module)
+        self.wanted_types = wanted_types
+        self.context = Context(scope=module)
+        self.stack: list[Context] = []
+        self.statements: list[cst.CSTNode] = []
+        self.counter = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        kind = type(node).__name__
+        if kind in self.wanted_types:
+            self.result.by_type.setdefault(kind, []).append(node)
+        if isinstance(node, (cst.Call, cst.BaseSmallStatement, cst.With, cst.If, cst.For, cst.While)):
+            self.result.contexts[node] = self.context
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef)):
+            self.counter += 1
+            self.result.order[node] = self.counter
+        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            self.statements.append(node)
+        elif isinstance(node, cst.Call) and self.statements:
+            self.result.statement_of[node] = self.statements[-1]
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            self.statements.pop()
+        if isinstance(original_node, (cst.Call, cst.BaseSmallStatement)):
+            self.counter += 1
+            self.result.order[original_node] = self.counter
+        super().on_leave(original_node)
+
+    def _push(self, context: Context) -> None:
+        self.stack.append(self.context)
+        self.context = context
+
+    def _pop(self) -> None:
+        self.context = self.stack.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.result.imports.add(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.result.imports.add(node)
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        # Recorded on leave, so calls are in evaluation order: arguments first.
+        self.result.calls.append(original_node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.result.statements.extend(node.body)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.result.classes.append(node)
+        self._push(replace(self.context, class_def=node, class_body=True))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.result.functions.append(node)
+        self.result.def_scopes[node] = self.context.scope
+        if self.context.class_body and self.context.class_def is not None:
+            self.result.owners[node] = self.context.class_def
+        mode = self.context.grad_mode
+        for decorator in node.decorators:
+            mode = grad_mode_of(decorator.decorator) or mode
+        if node.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
+            mode = GradMode.DISABLED
+        self._push(Context(scope=node, class_def=self.context.class_def, grad_mode=mode))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self._enter_loop(node)
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._enter_loop(node)
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self._pop()
+
+    def _enter_loop(self, node: Loop) -> None:
+        self.result.loops.append(node)
+        self._push(replace(self.context, loops=(*self.context.loops, node)))
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
+        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
+
+    def leave_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
+        self._pop()
+
+    def visit_With_body(self, node: cst.With) -> None:
+        mode = self.context.grad_mode
+        for item in node.items:
+            mode = grad_mode_of(item.item) or mode
+        self._push(replace(self.context, grad_mode=mode))
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self._pop()
+
+
+def collect(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> Collected:
+    """Traverse `module` once and return what was recorded."""
+    collector = Collector(module, wanted_types)
+    module.visit(collector)
+    return collector.result

@@ -1,0 +1,85 @@
+"""Dotted names of expressions and the module's imports, resolved without executing anything."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+# Modules whose presence marks a file as PyTorch code, and frameworks whose presence
+# without any of these marks it as someone else's (MXNet's `l.backward(); trainer.step()`
+# is correct there: gradients are overwritten by default).
+TORCH_MODULES = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "lightning", "pytorch_lightning",
+        "accelerate", "timm", "transformers", "deepspeed", "ignite", "skorch", "fairseq",
+        "apex", "bitsandbytes", "peft", "torch_geometric", "dgl", "lightning_fabric",
+    }
+)  # fmt: skip
+OTHER_FRAMEWORKS = frozenset(
+    {"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow", "chainer", "tf_keras"}
+)
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def last_name(node: cst.BaseExpression) -> str | None:
+    """The final identifier of a Name/Attribute (`c` in `a.b.c`), else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+class ImportMap:
+    """Local names bound by imports, mapped to the dotted names they stand for."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> None:
+        """Record the names one import statement binds."""
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name) or ""
+                as_name = alias.asname.name if alias.asname else None
+                if isinstance(as_name, cst.Name):
+                    self.aliases[as_name.value] = full
+                else:
+                    self.aliases.setdefault(full.split(".")[0], full.split(".")[0])
+            return
+        module = dotted_name(node.module) if node.module else ""
+        if node.relative or isinstance(node.names, cst.ImportStar) or not module:
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name) or ""
+            local = alias.asname.name if alias.asname else alias.name
+            if isinstance(local, cst.Name):
+                self.aliases[local.value] = f"{module}.{name}"
+
+    def resolve(self, node: cst.BaseExpression) -> str | None:
+        """The dotted name `node` refers to, with its first part resolved through imports."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        base = self.aliases.get(head, head)
+        return f"{base}.{rest}" if rest else base
+
+    def top_modules(self) -> set[str]:
+        """The top-level packages this module imports."""
+        return {full.split(".")[0] for full in self.aliases.values()}
+
+    def is_torch_code(self) -> bool:
+        """False only for files that import another framework and nothing from PyTorch's world."""
+        modules = self.top_modules()
+        return bool(modules & TORCH_MODULES) or not modules & OTHER_FRAMEWORKS

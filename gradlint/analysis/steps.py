@@ -1,0 +1,310 @@
+"""Gradient events (backward, step, clear, clip, unscale) and the training steps they form.
+
+Events are gathered per scope in evaluation order. A call to a function or method of
+the same module is replaced by that function's own events, so a `zero_grad()` inside
+`self._step(batch)` counts for the loop that calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected, Context, Loop, Scope
+from gradlint.analysis.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.roles import Roles
+
+MAX_INLINE_DEPTH = 4
+
+
+class Kind(Enum):
+    """What a gradient event does."""
+
+    BACKWARD = "backward"
+    AUTOGRAD_GRAD = "autograd.grad"
+    STEP = "step"
+    CLEAR = "clear"
+    CLIP = "clip"
+    UNSCALE = "unscale"
+    SCALE = "scale"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One gradient event.
+
+    `node` is the call or statement itself; `site` is where it happens in the scope
+    that was analysed (the helper call when the event comes from a helper). `value` is
+    the loss of a backward, or the optimizer a step/clear/unscale acts on.
+    """
+
+    kind: Kind
+    node: cst.CSTNode
+    site: cst.CSTNode
+    loops: tuple[Loop, ...]
+    ifs: tuple[cst.CSTNode, ...]
+    no_grad: bool
+    value: cst.BaseExpression | None = None
+    via_scaler: bool = False
+    retain_graph: bool = False
+
+    @property
+    def target(self) -> str | None:
+        """The dotted name of `value`, if it is a plain name."""
+        return dotted_name(self.value) if self.value is not None else None
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """A loop or function that backpropagates and steps an optimizer: one training step."""
+
+    node: Loop | cst.FunctionDef
+    scope: Scope
+    events: tuple[Event, ...]
+
+    def of_kind(self, *kinds: Kind) -> list[Event]:
+        """The events of the given kinds, in order."""
+        return [event for event in self.events if event.kind in kinds]
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    return positional[0] if positional else None
+
+
+def _is_true(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+class EventIndex:
+    """Classifies calls into events and gathers them per scope, loop and training step."""
+
+    def __init__(self, collected: Collected, roles: Roles) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.imports: ImportMap = collected.imports
+        self.functions = collected.functions
+        self._scope_items = self._group_by_scope()
+        self._scope_events: dict[Scope, tuple[Event, ...]] = {}
+        self._in_progress: set[Scope] = set()
+        self.called: set[cst.FunctionDef] = set()
+        self._top_functions = {
+            function.name.value: function
+            for function, scope in collected.def_scopes.items()
+            if isinstance(scope, cst.Module)
+        }
+        self._methods = self._index_methods()
+
+    def _group_by_scope(self) -> dict[Scope, list[cst.CSTNode]]:
+        grouped: dict[Scope, list[cst.CSTNode]] = {}
+        items: list[cst.CSTNode] = [*self.collected.calls, *self.collected.statements]
+        items.sort(key=self.collected.order.__getitem__)
+        for item in items:
+            grouped.setdefault(self.collected.contexts[item].scope, []).append(item)
+        return grouped
+
+    def _index_methods(self) -> dict[tuple[cst.ClassDef, str], cst.FunctionDef]:
+        return {(owner, function.name.value): function for function, owner in self.collected.owners.items()}
+
+    def context(self, node: cst.CSTNode) -> Context:
+        """The Context recorded for a call or statement."""
+        return self.collected.contexts[node]
+
+    def resolve_helper(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function or method a call runs, if it can be known."""
+        return self._resolve_callee(call.func, self.context(call))
+
+    def _resolve_callee(self, func: cst.BaseExpression, context: Context) -> cst.FunctionDef | None:
+        if isinstance(func, cst.Name):
+            nested = self._nested_function(func.value, context.scope)
+            return nested or self._top_functions.get(func.value)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in ("self", "cls")
+            and context.class_def is not None
+        ):
+            return self._methods.get((context.class_def, func.attr.value))
+        return None
+
+    def _nested_function(self, name: str, scope: Scope) -> cst.FunctionDef | None:
+        if not isinstance(scope, cst.FunctionDef):
+            return None
+        for function in self.functions:
+            if function.name.value == name and self.collected.def_scopes[function] is scope:
+                return function
+        return None
+
+    def classify(self, node: cst.CSTNode) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        """(kind, value, via_scaler, retain_graph) for an event node, or None for other nodes."""
+        if isinstance(node, cst.Assign):
+            return self._classify_grad_assignment(node)
+        if not isinstance(node, cst.Call):
+            return None
+        name = last_name(node.func)
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        if name in ("backward", "manual_backward"):
+            return self._classify_backward(node, receiver)
+        if name == "grad" and (self.imports.resolve(node.func) or "").endswith("autograd.grad"):
+            return Kind.AUTOGRAD_GRAD, _first_arg(node), False, _is_true(_keyword(node, "retain_graph"))
+        if receiver is None and name not in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
+            return None
+        return self._classify_method(node, name, receiver)
+
+    def _classify_backward(
+        self, call: cst.Call, receiver: cst.BaseExpression | None
+    ) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        resolved = self.imports.resolve(call.func) or ""
+        if resolved.startswith("torch.distributed.autograd"):
+            return None  # gradients live in a distributed autograd context, no clearing needed
+        retain = _is_true(_keyword(call, "retain_graph"))
+        is_function = resolved.endswith("autograd.backward") or receiver is None
+        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver):
+            return Kind.BACKWARD, _first_arg(call), False, retain
+        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale" and receiver.args:
+            return Kind.BACKWARD, receiver.args[0].value, True, retain
+        return Kind.BACKWARD, receiver, False, retain
+
+    def _classify_method(
+        self, call: cst.Call, name: str | None, receiver: cst.BaseExpression | None
+    ) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        if name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
+            return Kind.CLIP, receiver, False, False
+        if receiver is None:
+            return None
+        if name == "zero_grad":
+            return Kind.CLEAR, receiver, False, False
+        if name == "zero_" and last_name(_strip_data(receiver)) == "grad":
+            return Kind.CLEAR, None, False, False
+        if name == "step":
+            if self.roles.is_optimizer(receiver):
+                return Kind.STEP, receiver, False, False
+            if self.roles.is_scaler(receiver) and call.args:
+                return Kind.STEP, call.args[0].value, True, False
+            return None
+        if name == "unscale_" and call.args:
+            return Kind.UNSCALE, call.args[0].value, True, False
+        if name == "scale" and self.roles.is_scaler(receiver):
+            return Kind.SCALE, _first_arg(call), True, False
+        return None
+
+    def _classify_grad_assignment(self, node: cst.Assign) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)
+        for target in node.targets:
+            if last_name(target.target) == "grad" and isinstance(target.target, cst.Attribute):
+                value = node.value
+                if (isinstance(value, cst.Name) and value.value == "None") or last_name(
+                    value.func if isinstance(value, cst.Call) else value
+                ) in ("zeros_like", "zeros"):
+                    return Kind.CLEAR, None, False, False
+        return None
+
+    def scope_events(self, scope: Scope, depth: int = 0) -> tuple[Event, ...]:
+        """Every event of a scope in order, with same-module helpers inlined."""
+        if scope in self._scope_events:
+            return self._scope_events[scope]
+        if scope in self._in_progress or depth > MAX_INLINE_DEPTH:
+            return ()
+        self._in_progress.add(scope)
+        events: list[Event] = []
+        for item in self._scope_items.get(scope, []):
+            events.extend(self._events_at(item, depth))
+        self._in_progress.discard(scope)
+        result = tuple(events)
+        self._scope_events[scope] = result
+        return result
+
+    def _events_at(self, item: cst.CSTNode, depth: int) -> list[Event]:
+        context = self.context(item)
+        events: list[Event] = []
+        if isinstance(item, cst.Call):
+            # A function passed by name (an LBFGS closure) runs as part of the call.
+            for arg in item.args:
+                passed = self._resolve_callee(arg.value, context) if isinstance(arg.value, cst.Name) else None
+                if passed is not None:
+                    self.called.add(passed)
+                    events.extend(self._inline(passed, item, context, depth))
+            helper = self.resolve_helper(item)
+            if helper is not None:
+                # A same-module `backward()`/`step()` wrapper counts through its body only.
+                self.called.add(helper)
+                return [*events, *self._inline(helper, item, context, depth)]
+        classified = self.classify(item)
+        if classified is not None:
+            kind, value, via_scaler, retain = classified
+            events.append(
+                Event(kind, item, item, context.loops, context.ifs, context.no_grad, value, via_scaler, retain)
+            )
+        return events
+
+    def _inline(self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int) -> list[Event]:
+        return [
+            Event(
+                event.kind,
+                event.node,
+                site,
+                context.loops + event.loops,
+                context.ifs + event.ifs,
+                context.no_grad or event.no_grad,
+                event.value,
+                event.via_scaler,
+                event.retain_graph,
+            )
+            for event in self.scope_events(helper, depth + 1)
+        ]
+
+    def region_events(self, region: Loop | cst.FunctionDef) -> tuple[Event, ...]:
+        """The events of a loop or function, helpers inlined."""
+        if isinstance(region, cst.FunctionDef):
+            return self.scope_events(region)
+        return tuple(event for event in self.scope_events(self.context(region).scope) if region in event.loops)
+
+    def training_steps(self) -> list[TrainingStep]:
+        """Innermost loops and root functions that both backpropagate and step."""
+        scopes: list[Scope] = [self.collected.module, *self.functions]
+        all_events = {scope: self.scope_events(scope) for scope in scopes}
+        loop_events: dict[Loop, tuple[Event, ...]] = {}
+        for scope, events in all_events.items():
+            for loop in self.collected.loops:
+                if self.context(loop).scope is scope:
+                    loop_events[loop] = tuple(event for event in events if loop in event.loops)
+        qualifying = {loop for loop, events in loop_events.items() if _backprops_and_steps(events)}
+        steps = []
+        for loop in self.collected.loops:
+            if loop in qualifying and not any(
+                inner in qualifying
+                for event in loop_events[loop]
+                for inner in event.loops[event.loops.index(loop) + 1 :]
+            ):
+                steps.append(TrainingStep(loop, self.context(loop).scope, loop_events[loop]))
+        for function in self.functions:
+            loose = tuple(event for event in all_events[function] if not event.loops)
+            if function not in self.called and _backprops_and_steps(loose):
+                steps.append(TrainingStep(function, function, all_events[function]))
+        steps.sort(key=lambda step: self.collected.order[step.node])
+        return steps
+
+
+def _backprops_and_steps(events: tuple[Event, ...]) -> bool:
+    kinds = {event.kind for event in events}
+    return Kind.BACKWARD in kinds and Kind.STEP in kinds
+
+
+def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(node, cst.Attribute) and node.attr.value == "data":
+        node = node.value
+    return node
+
+
+def _is_wrapper(receiver: cst.BaseExpression | None) -> bool:
+    # accelerator.backward(loss), fabric.backward(loss), engine.backward(loss), amp handles
+    return receiver is not None and last_name(receiver) in ("accelerator", "fabric", "engine", "model_engine")

@@ -1,0 +1,313 @@
+"""Which values carry autograd history at a point of the program.
+
+A forward walk over each scope's statements tracks, per name or attribute, whether it
+holds a tensor with a graph (a model or criterion output, arithmetic on one, anything
+`.backward()` is called on) or provably not (`.item()`, `.detach()`, `float(...)`,
+values computed under no_grad). Unknown values count as graph-free: when in doubt,
+rules stay quiet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected, Scope
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.steps import EventIndex, Kind
+
+Env = Mapping[str, bool]
+
+# Methods whose result has no autograd history.
+DETACHING_METHODS = frozenset(
+    {
+        "item", "detach", "tolist", "numpy", "size", "dim", "numel", "nelement", "argmax", "argmin",
+        "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf", "isfinite", "any", "all", "nonzero",
+        "data_ptr", "element_size", "is_contiguous", "type", "long", "int", "bool", "byte", "short",
+        "sign", "round", "floor", "ceil", "trunc", "__len__", "stride", "get_device", "count_nonzero",
+    }
+)  # fmt: skip
+NON_GRAD_ATTRIBUTES = frozenset(
+    {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "ndim", "grad_fn", "is_cuda"}
+)
+NON_GRAD_BUILTINS = frozenset(
+    {
+        "float",
+        "int",
+        "bool",
+        "len",
+        "str",
+        "repr",
+        "print",
+        "isinstance",
+        "range",
+        "enumerate",
+        "zip",
+        "type",
+        "id",
+        "hash",
+    }
+)
+# torch functions whose result has no graph whatever their inputs.
+NON_GRAD_TORCH = frozenset(
+    {
+        "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
+        "randint", "randperm", "zeros_like", "ones_like", "empty_like", "full_like", "randn_like", "rand_like",
+        "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf", "isfinite", "is_tensor", "numel", "no_grad",
+        "manual_seed", "device", "sign", "round", "floor", "ceil", "trunc", "bucketize", "searchsorted",
+        "equal", "allclose", "count_nonzero", "unique", "save", "load", "from_numpy",
+    }
+)  # fmt: skip
+
+
+class GradValues:
+    """Answers whether an expression carries autograd history at a given statement."""
+
+    def __init__(self, collected: Collected, roles: Roles, events: EventIndex) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.events = events
+        self._env_at: dict[cst.CSTNode, Env] = {}
+        self._walked: set[Scope] = set()
+        self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
+        self._backprop_keys: dict[Scope, frozenset[str]] = {}
+
+    def env_before(self, statement: cst.CSTNode) -> Env:
+        """What is known about names just before `statement` runs."""
+        scope = self._scope_of_statement(statement)
+        if scope not in self._walked:
+            self._walked.add(scope)
+            _Walker(self, scope, {}, record=True).walk_scope()
+        return self._env_at.get(statement, {})
+
+    def _scope_of_statement(self, statement: cst.CSTNode) -> Scope:
+        context = self.collected.contexts.get(statement)
+        return context.scope if context is not None else self.collected.module
+
+    def is_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when `expression`, evaluated just before statement `at`, carries a graph."""
+        context = self.collected.contexts.get(at)
+        if context is not None and context.no_grad:
+            return False
+        return self.evaluate(expression, self.env_before(at), self._scope_of_statement(at))
+
+    def backprop_keys(self, scope: Scope) -> frozenset[str]:
+        """Names a backward in `scope` is called on (directly or through arithmetic)."""
+        if scope not in self._backprop_keys:
+            keys: set[str] = set()
+            for event in self.events.scope_events(scope):
+                if event.kind is Kind.BACKWARD and event.node is event.site and event.value is not None:
+                    keys.update(names_in(event.value))
+            self._backprop_keys[scope] = frozenset(keys)
+        return self._backprop_keys[scope]
+
+    def evaluate(self, node: cst.BaseExpression, env: Env, scope: Scope) -> bool:
+        """Whether `node` carries a graph under `env` in `scope`."""
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return self._evaluate_symbol(node, env, scope)
+        if isinstance(node, cst.Subscript):
+            return self.evaluate(node.value, env, scope)
+        if isinstance(node, cst.Call):
+            return self._evaluate_call(node, env, scope)
+        if isinstance(node, cst.BinaryOperation):
+            return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, cst.Not) and self.evaluate(node.expression, env, scope)
+        if isinstance(node, cst.BooleanOperation):
+            return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
+        if isinstance(node, cst.IfExp):
+            return self.evaluate(node.body, env, scope) or self.evaluate(node.orelse, env, scope)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return any(self.evaluate(element.value, env, scope) for element in node.elements)
+        return False
+
+    def _evaluate_symbol(self, node: cst.Name | cst.Attribute, env: Env, scope: Scope) -> bool:
+        key = dotted_name(node)
+        if key is not None and key in env:
+            return env[key]
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in NON_GRAD_ATTRIBUTES:
+                return False
+            if self.evaluate(node.value, env, scope):
+                return True  # outputs.loss, out.logits
+        return key is not None and key in self.backprop_keys(scope)
+
+    def _evaluate_call(self, call: cst.Call, env: Env, scope: Scope) -> bool:
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in DETACHING_METHODS:
+            return False
+        args_grad = any(self.evaluate(arg.value, env, scope) for arg in call.args)
+        if isinstance(func, cst.Attribute) and self.evaluate(func.value, env, scope):
+            return True  # a method of a grad tensor: out.mean(), loss.cpu(), out.view(-1)
+        helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+        if helper is not None:
+            always, if_args = self.returns_grad(helper)
+            return always or (if_args and args_grad)
+        qualified = self.roles.imports.resolve(func) or ""
+        name = last_name(func) or ""
+        if qualified.startswith("torch."):
+            return name not in NON_GRAD_TORCH and args_grad
+        if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
+            return False
+        if name in ("sum", "max", "min", "abs", "stack", "cat"):
+            return args_grad
+        return self._is_forward_call(func, method, scope)
+
+    def _is_forward_call(self, func: cst.BaseExpression, method: str | None, scope: Scope) -> bool:
+        # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
+        callee = func.value if method == "forward" and isinstance(func, cst.Attribute) else func
+        if isinstance(callee, cst.Name) and callee.value == "self":
+            owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
+            return owner is not None and self.roles.is_model_class(owner)
+        return self.roles.role(callee) in (Role.MODEL, Role.LOSS_FN)
+
+    def returns_grad(self, function: cst.FunctionDef) -> tuple[bool, bool]:
+        """(always, if_arguments_do): whether a same-module function returns a graph."""
+        if function in self._returns:
+            return self._returns[function]
+        self._returns[function] = (False, False)  # recursion guard
+        always = self._any_return_grad(function, {})
+        params = {param.name.value: True for param in function.params.params if param.name.value != "self"}
+        if_args = always or self._any_return_grad(function, params)
+        self._returns[function] = (always, if_args)
+        return always, if_args
+
+    def _any_return_grad(self, function: cst.FunctionDef, initial: dict[str, bool]) -> bool:
+        walker = _Walker(self, function, initial, record=not initial)
+        walker.walk_scope()
+        if not initial:
+            self._walked.add(function)
+        return walker.returns_grad
+
+
+def names_in(node: cst.CSTNode) -> Iterator[str]:
+    """Dotted names (`loss`, `self.total`) read anywhere inside `node`."""
+    key = dotted_name(node) if isinstance(node, cst.BaseExpression) else None
+    if key is not None:
+        yield key
+        return
+    for child in node.children:
+        yield from names_in(child)
+
+
+class _Walker:
+    """One forward pass over a scope's statements, merging branches and iterating loops."""
+
+    def __init__(self, values: GradValues, scope: Scope, initial: dict[str, bool], record: bool) -> None:
+        self.values = values
+        self.scope = scope
+        self.env: dict[str, bool] = dict(initial)
+        self.record = record
+        self.returns_grad = False
+
+    def walk_scope(self) -> None:
+        if isinstance(self.scope, cst.Module):
+            self.walk_block(self.scope.body)
+        else:
+            self._block(self.scope.body)
+
+    def walk_block(self, statements: Sequence[cst.CSTNode]) -> None:
+        for statement in statements:
+            self.walk_statement(statement)
+
+    def _block(self, node: cst.BaseSuite | None) -> None:
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            self.walk_block(node.body)
+
+    def walk_statement(self, statement: cst.CSTNode) -> None:
+        if self.record:
+            self.values._env_at[statement] = self.env
+        if isinstance(statement, cst.SimpleStatementLine):
+            self.walk_block(statement.body)
+        elif isinstance(statement, cst.BaseSmallStatement):
+            self.apply(statement)
+        elif isinstance(statement, cst.If):
+            self._walk_if(statement)
+        elif isinstance(statement, (cst.For, cst.While)):
+            self._walk_loop(statement)
+        elif isinstance(statement, cst.With):
+            self._block(statement.body)
+        elif isinstance(statement, (cst.Try, cst.TryStar)):
+            self._walk_try(statement)
+
+    def _walk_if(self, statement: cst.If) -> None:
+        before = self.env
+        self._block(statement.body)
+        after_body, self.env = self.env, before
+        if isinstance(statement.orelse, cst.If):
+            self.walk_statement(statement.orelse)
+        elif statement.orelse is not None:
+            self._block(statement.orelse.body)
+        self.env = _merge(after_body, self.env)
+
+    def _walk_loop(self, statement: cst.For | cst.While) -> None:
+        before = self.env
+        if isinstance(statement, cst.For):
+            self.assign(statement.target, self.values.evaluate(statement.iter, self.env, self.scope))
+        for _ in range(2):  # the second pass sees what the first carried round the loop
+            self._block(statement.body)
+            self.env = _merge(before, self.env)
+        if statement.orelse is not None:
+            self._block(statement.orelse.body)
+
+    def _walk_try(self, statement: cst.Try | cst.TryStar) -> None:
+        self._block(statement.body)
+        for handler in statement.handlers:
+            self._block(handler.body)
+        if statement.orelse is not None:
+            self._block(statement.orelse.body)
+        if statement.finalbody is not None:
+            self._block(statement.finalbody.body)
+
+    def apply(self, statement: cst.BaseSmallStatement) -> None:
+        context = self.values.collected.contexts.get(statement)
+        no_grad = context is not None and context.no_grad
+        if isinstance(statement, cst.Assign):
+            grad = not no_grad and self.values.evaluate(statement.value, self.env, self.scope)
+            for target in statement.targets:
+                self.assign(target.target, grad)
+        elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+            self.assign(statement.target, not no_grad and self.values.evaluate(statement.value, self.env, self.scope))
+        elif isinstance(statement, cst.AugAssign):
+            key = dotted_name(statement.target)
+            if key is not None and not no_grad:
+                grad = self.env.get(key, False) or self.values.evaluate(statement.value, self.env, self.scope)
+                self.env = {**self.env, key: grad}
+        elif isinstance(statement, cst.Return) and statement.value is not None:
+            self.returns_grad = self.returns_grad or (
+                not no_grad and self.values.evaluate(statement.value, self.env, self.scope)
+            )
+        elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            self._apply_inplace_call(statement.value)
+
+    def _apply_inplace_call(self, call: cst.Call) -> None:
+        # x.detach_() and x.requires_grad_(False) cut a name's history in place.
+        if not isinstance(call.func, cst.Attribute):
+            return
+        key = dotted_name(call.func.value)
+        if (
+            key is not None
+            and call.func.attr.value in ("detach_", "requires_grad_")
+            and (call.func.attr.value == "detach_" or (call.args and last_name(call.args[0].value) == "False"))
+        ):
+            self.env = {**self.env, key: False}
+
+    def assign(self, target: cst.BaseExpression, grad: bool) -> None:
+        """Bind `target` (a name, attribute or tuple of them) to a value with or without a graph."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self.assign(element.value, grad)
+            return
+        key = dotted_name(target)
+        if key is not None:
+            self.env = {**self.env, key: grad}
+
+
+def _merge(first: Env, second: Env) -> dict[str, bool]:
+    merged = dict(first)
+    for key, value in second.items():
+        merged[key] = merged.get(key, False) or value
+    return merged

@@ -1,0 +1,127 @@
+"""The command line: `gradlint [PATHS]`, `gradlint check`, `gradlint rule CODE`, `gradlint rules`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gradlint import __version__
+from gradlint.config import Config, ConfigError, load_config
+from gradlint.engine import INTERNAL_ERROR, lint_paths
+from gradlint.formats import formats
+from gradlint.rule import Diagnostic, all_rules
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class DefaultToCheck(click.Group):
+    """A group that runs `check` when the first argument is not a subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+def _codes(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(code.strip().upper() for code in value.split(",") if code.strip())
+
+
+def _patterns(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+@click.group(cls=DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gradlint")
+def main() -> None:
+    """Find PyTorch gradient bugs. Run `gradlint PATH...` to lint (default: the current directory)."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--format", "output_format", type=click.Choice(sorted(formats())), default="text", show_default=True)
+@click.option("--select", help="Comma-separated codes or prefixes to report (overrides the config).")
+@click.option("--ignore", help="Comma-separated codes or prefixes to skip (overrides the config).")
+@click.option("--exclude", help="Comma-separated gitignore-style patterns to skip, replacing the defaults.")
+@click.option("--extend-exclude", help="Comma-separated patterns to skip in addition to the defaults.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.option("--exit-zero", is_flag=True, help="Exit with 0 even when there are findings.")
+def check(
+    paths: tuple[Path, ...],
+    output_format: str,
+    select: str | None,
+    ignore: str | None,
+    exclude: str | None,
+    extend_exclude: str | None,
+    config_file: Path | None,
+    quiet: bool,
+    exit_zero: bool,
+) -> None:
+    """Lint files and directories (recursing into *.py) and report findings."""
+    targets = list(paths) or [Path(".")]
+    try:
+        config = load_config(targets[0], config_file).with_overrides(
+            select=_codes(select),
+            ignore=_codes(ignore),
+            exclude=_patterns(exclude),
+            extend_exclude=_patterns(extend_exclude),
+        )
+    except ConfigError as error:
+        click.echo(f"gradlint: error: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    diagnostics = sorted(lint_paths(targets, config))
+    click.echo(formats()[output_format](diagnostics), nl=False)
+    if not quiet:
+        click.echo(_summary(diagnostics), err=True)
+    sys.exit(exit_code(diagnostics, exit_zero))
+
+
+def exit_code(diagnostics: list[Diagnostic], exit_zero: bool = False) -> int:
+    """2 when gradlint itself failed, else 1 for findings (0 with --exit-zero), else 0."""
+    if any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
+        return EXIT_ERROR
+    return EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_CLEAN
+
+
+def _summary(diagnostics: list[Diagnostic]) -> str:
+    if not diagnostics:
+        return "All checks passed."
+    files = len({d.path for d in diagnostics})
+    problems = "problem" if len(diagnostics) == 1 else "problems"
+    return f"Found {len(diagnostics)} {problems} in {files} file{'s' if files != 1 else ''}."
+
+
+@main.command()
+@click.argument("code")
+def rule(code: str) -> None:
+    """Print the documentation of one rule (by code or name)."""
+    for rule_class in all_rules().values():
+        if code.upper() == rule_class.code or code == rule_class.name:
+            click.echo(rule_class.documentation(), nl=False)
+            return
+    click.echo(f"gradlint: error: unknown rule '{code}' (see `gradlint rules`)", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+@main.command(name="rules")
+@click.option("--markdown", is_flag=True, help="Print the table the README shows.")
+def list_rules(markdown: bool) -> None:
+    """List every rule: code, name and summary."""
+    click.echo(
+        rule_table() if markdown else "".join(f"{r.code}  {r.name:<28} {r.summary()}\n" for r in all_rules().values()),
+        nl=False,
+    )
+
+
+def rule_table() -> str:
+    """The Markdown rule table of the README, generated from the rules themselves."""
+    rows = [f"| [{r.code}]({r.docs_url()}) | `{r.name}` | {r.summary()} |" for r in all_rules().values()]
+    return "\n".join(["| Code | Name | What it finds |", "| --- | --- | --- |", *rows]) + "\n"
+
+
+__all__ = ["Config", "main"]

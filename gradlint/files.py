@@ -1,0 +1,101 @@
+"""Which files a run lints: recursion into directories, excludes and .gitignore."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from gradlint.config import Config
+
+SOURCE_SUFFIXES = (".py", ".pyi")
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A path given on the command line that does not exist or cannot be listed."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Ignore:
+    base: Path
+    spec: pathspec.GitIgnoreSpec
+
+    def matches(self, path: Path, is_dir: bool) -> bool:
+        try:
+            relative = path.relative_to(self.base).as_posix()
+        except ValueError:
+            return False
+        return self.spec.match_file(relative + "/" if is_dir else relative)
+
+
+def discover(paths: list[Path], config: Config) -> Iterator[Path | Missing]:
+    """Yield every file to lint under `paths`, in a deterministic order.
+
+    Files named explicitly are linted unless the configured excludes match them;
+    directories are walked skipping excluded paths, virtualenvs and what .gitignore ignores.
+    """
+    excludes = _Ignore(config.root.resolve(), config.exclude_spec())
+    seen: set[Path] = set()
+    for path in paths:
+        if not path.exists():
+            yield Missing(str(path), "no such file or directory")
+        elif path.is_dir():
+            yield from _walk(path, excludes, _gitignores_above(path.resolve()), seen)
+        elif not _excluded(path, excludes, is_dir=False) and path.resolve() not in seen:
+            seen.add(path.resolve())
+            yield path
+
+
+def _excluded(path: Path, excludes: _Ignore, is_dir: bool) -> bool:
+    resolved = path.resolve()
+    # A bare pattern like "build" matches the name wherever it is, as in ruff and flake8.
+    return excludes.matches(resolved, is_dir) or excludes.spec.match_file(path.name + ("/" if is_dir else ""))
+
+
+def _gitignores_above(directory: Path) -> list[_Ignore]:
+    ignores = []
+    for parent in reversed((directory, *directory.parents)):
+        ignore = _read_gitignore(parent)
+        if ignore:
+            ignores.append(ignore)
+        if (parent / ".git").exists():
+            ignores = [ignore] if ignore else []  # a repository root starts afresh
+    return ignores
+
+
+def _read_gitignore(directory: Path) -> _Ignore | None:
+    try:
+        lines = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return _Ignore(directory, pathspec.GitIgnoreSpec.from_lines(lines))
+
+
+def _walk(root: Path, excludes: _Ignore, ignores: list[_Ignore], seen: set[Path]) -> Iterator[Path | Missing]:
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError as error:
+        yield Missing(str(root), error.strerror or str(error))
+        return
+    local = _read_gitignore(root)
+    active = [*ignores, local] if local else ignores
+    for entry in entries:
+        path = Path(root, entry.name)
+        is_dir = entry.is_dir()
+        if _excluded(path, excludes, is_dir) or any(ignore.matches(path.resolve(), is_dir) for ignore in active):
+            continue
+        if is_dir:
+            if (path / "pyvenv.cfg").exists() or path.resolve() in seen:
+                continue  # a virtualenv, or a symlink back into the tree
+            seen.add(path.resolve())
+            yield from _walk(path, excludes, active, seen)
+        elif entry.name.endswith(SOURCE_SUFFIXES) and path.resolve() not in seen:
+            seen.add(path.resolve())
+            yield path

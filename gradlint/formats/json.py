@@ -1,0 +1,20 @@
+"""A JSON array of findings; the schema is documented in the README."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from gradlint.rule import Diagnostic
+
+FIELDS = ("path", "line", "column", "end_line", "end_column", "code", "name", "message")
+
+
+def as_dict(diagnostic: Diagnostic) -> dict[str, object]:
+    """One finding as a JSON-ready dict with the documented keys."""
+    return {field: getattr(diagnostic, field) for field in FIELDS}
+
+
+def render(diagnostics: Sequence[Diagnostic]) -> str:
+    """The findings as a JSON array."""
+    return json.dumps([as_dict(d) for d in diagnostics], indent=2) + "\n"

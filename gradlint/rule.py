@@ -1,0 +1,119 @@
+"""The Rule base class, the Diagnostic it produces, and the registry of rules."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from gradlint.analysis import ModuleAnalysis
+    from gradlint.analysis.steps import TrainingStep
+
+DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/docs/rules.md#{code}"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between two 1-based (line, column) positions with `text`."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A change that resolves a diagnostic; `safe` fixes are applied by `--fix`."""
+
+    description: str
+    edits: tuple[Edit, ...]
+    safe: bool = True
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One finding. Lines and columns are 1-based, as flake8, ruff and SARIF print them."""
+
+    path: str
+    line: int
+    column: int
+    code: str
+    end_line: int = field(compare=False)
+    end_column: int = field(compare=False)
+    name: str = field(compare=False)
+    message: str = field(compare=False)
+    fix: Fix | None = field(default=None, compare=False)
+
+
+class Rule:
+    """Base class of every rule; subclasses are registered when they are defined.
+
+    A rule implements any of `check_module()`, `check_step(step)` and typed
+    `visit_<LibCST node>(node)` hooks. The engine calls them once the shared analysis
+    of the module is complete, so every hook can query `self.analysis`.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    message: ClassVar[str]
+    example: ClassVar[str]
+    use_instead: ClassVar[str]
+    # Byte strings that must all occur in a file for this rule to be able to fire;
+    # the engine skips parsing files that no enabled rule could report on.
+    requires: ClassVar[tuple[bytes, ...]] = ()
+
+    registry: ClassVar[dict[str, type[Rule]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.code in Rule.registry:
+            raise TypeError(f"duplicate rule code {cls.code}: {cls.__name__}")
+        Rule.registry[cls.code] = cls
+
+    def __init__(self, analysis: ModuleAnalysis) -> None:
+        self.analysis = analysis
+        self.reported: list[tuple[cst.CSTNode, str, Fix | None]] = []
+
+    def report(self, node: cst.CSTNode, message: str | None = None, fix: Fix | None = None) -> None:
+        """Record a finding at `node`, with this rule's message unless a variant is given."""
+        self.reported.append((node, message or self.message, fix))
+
+    def check_module(self) -> None:
+        """Hook: called once per module."""
+
+    def check_step(self, step: TrainingStep) -> None:
+        """Hook: called once for every training step the analysis found."""
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of the rule's documentation."""
+        return (cls.__doc__ or "").strip().splitlines()[0]
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The rule's full user documentation: docstring, example and fix."""
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        return (
+            f"{cls.code} {cls.name}\n\n{doc}\n\n"
+            f"Example\n{textwrap.indent(textwrap.dedent(cls.example).strip(), '    ')}\n\n"
+            f"Use instead\n{textwrap.indent(textwrap.dedent(cls.use_instead).strip(), '    ')}\n\n"
+            f"Documentation: {cls.docs_url()}\n"
+        )
+
+    @classmethod
+    def docs_url(cls) -> str:
+        """Where the rule's documentation is published."""
+        return DOCS_URL.format(code=cls.code.lower())
+
+
+def all_rules() -> dict[str, type[Rule]]:
+    """Every registered rule by code, sorted by code."""
+    import gradlint.rules  # noqa: F401  (importing registers the rules)
+
+    return dict(sorted(Rule.registry.items()))

@@ -1,0 +1,131 @@
+"""GL001: a value with autograd history accumulated across training iterations."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Kind
+from gradlint.analysis.names import dotted_name
+from gradlint.rule import Rule
+
+CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add"})
+
+
+class LossAccumulation(Rule):
+    """Checks for losses and other graph-carrying tensors kept across training iterations.
+
+    Why is this bad?
+    A tensor that carries autograd history keeps its whole graph alive: every
+    activation the forward pass saved. `total_loss += loss` or `losses.append(loss)` in
+    a training loop chains each step's graph onto the accumulator, so memory grows with
+    every step until `CUDA out of memory`. Use `loss.item()` (a Python float) or
+    `loss.detach()` (a tensor without history) for logging.
+
+    Summing losses that are backpropagated in the same step (several heads, gradient
+    accumulation that calls backward on the sum) is fine and not reported, and so is
+    anything computed under `torch.no_grad()`.
+
+    Known problems
+    Values returned by functions of other modules are assumed to carry no graph.
+
+    References
+    https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
+    """
+
+    code = "GL001"
+    name = "loss-accumulation"
+    message = "a tensor with autograd history is accumulated across iterations, keeping every step's graph alive"
+    requires = (b"backward",)
+    example = """
+        total_loss = 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss
+    """
+    use_instead = """
+        total_loss = 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item()
+    """
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            self._check(node, dotted_name(node.target), node.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # Ex) running = running + loss  /  preds = torch.cat([preds, logits])
+        if len(node.targets) != 1:
+            return
+        key = dotted_name(node.targets[0].target)
+        added = _added_to(node.value, key) if key else None
+        if added is not None:
+            self._check(node, key, added)
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        # Ex) losses.append(loss)  /  history["loss"].append(loss)
+        call = node.value
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.args):
+            return
+        if call.func.attr.value in CONTAINER_METHODS:
+            self._check(node, _container_key(call.func.value), call.args[-1].value)
+
+    def _check(self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression) -> None:
+        analysis = self.analysis
+        if key is None or not analysis.is_grad(value, statement):
+            return
+        context = analysis.context(statement)
+        region = next(
+            (loop for loop in reversed(context.loops) if _backpropagates(analysis.events.region_events(loop))),
+            None,
+        )
+        if region is None:
+            # A training-step method storing on `self` keeps graphs across its calls.
+            function = context.function
+            if (
+                function is None
+                or not key.startswith("self.")
+                or not _backpropagates(analysis.events.region_events(function))
+            ):
+                return
+            region_node: cst.For | cst.While | cst.FunctionDef = function
+        else:
+            region_node = region
+        if analysis.rebinds(region_node, key) or key in analysis.backpropagated_names(region_node):
+            return
+        self.report(statement)
+
+
+def _backpropagates(events: tuple[object, ...]) -> bool:
+    return any(getattr(event, "kind", None) is Kind.BACKWARD for event in events)
+
+
+def _added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+        if dotted_name(value.left) == key:
+            return value.right
+        if dotted_name(value.right) == key:
+            return value.left
+    if (
+        isinstance(value, cst.Call)
+        and dotted_name(value.func) in ("torch.cat", "torch.stack", "torch.concat")
+        and value.args
+    ):
+        items = value.args[0].value
+        if isinstance(items, (cst.List, cst.Tuple)):
+            others = [element.value for element in items.elements if dotted_name(element.value) != key]
+            if len(others) < len(items.elements):
+                return cst.List([cst.Element(other) for other in others])
+    return None
+
+
+def _container_key(node: cst.BaseExpression) -> str | None:
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted_name(node)

@@ -1,0 +1,110 @@
+"""GL002: a training step that never clears gradients, or clears them at the wrong time."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.rule import Rule
+
+CLEAR_BEFORE_STEP = "gradients are cleared between backward() and step(), so the step applies nothing"
+CLEAR_EVERY_MICRO_BATCH = (
+    "gradients are cleared on every micro-batch but the optimizer steps only every few, "
+    "so the accumulated gradient is thrown away"
+)
+MODULO_TEST = m.If(test=m.MatchIfTrue(lambda test: bool(m.findall(test, m.BinaryOperation(operator=m.Modulo())))))
+
+
+class MissingZeroGrad(Rule):
+    """Checks for training steps that backpropagate and step without clearing gradients.
+
+    Why is this bad?
+    `backward()` adds into `.grad`. Without a reset (`optimizer.zero_grad()`,
+    `model.zero_grad()`, `p.grad = None`), every step applies the sum of all earlier
+    gradients, so updates grow until training diverges, often silently. A clear between
+    `backward()` and `step()` makes the step apply nothing; a clear on every micro-batch
+    of gradient accumulation throws the accumulated gradient away.
+
+    Clears done in a helper of the same module (`self.reset_grad()`) count, and gradient
+    accumulation that clears right after its conditional step is fine.
+
+    Known problems
+    A clear done by a caller in another module is not seen.
+
+    References
+    https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html
+    """
+
+    code = "GL002"
+    name = "missing-zero-grad"
+    message = "gradients are never cleared in this training step, so each step adds onto the last"
+    requires = (b"backward", b"step")
+    example = """
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_step(self, step: TrainingStep) -> None:
+        backwards = step.of_kind(Kind.BACKWARD)
+        uncleared = self._uncleared_backward(step)
+        if uncleared is not None:
+            self.report(uncleared.site)
+            return
+        for clear in step.of_kind(Kind.CLEAR):
+            if self._between_backward_and_step(step, clear):
+                self.report(clear.site, CLEAR_BEFORE_STEP)
+            elif self._discards_accumulation(step, clear, backwards):
+                self.report(clear.site, CLEAR_EVERY_MICRO_BATCH)
+
+    def _uncleared_backward(self, step: TrainingStep) -> Event | None:
+        clears = step.of_kind(Kind.CLEAR)
+        if not clears:
+            return step.of_kind(Kind.BACKWARD)[0]
+        steps = step.of_kind(Kind.STEP)
+        targets = {event.target for event in steps}
+        if len(targets) < 2 or None in targets or any(not self._clears_one_optimizer(c) for c in clears):
+            return None  # one optimizer, or a clear that covers every parameter
+        cleared = {clear.target for clear in clears}
+        for event in steps:
+            if event.target not in cleared:
+                return _last_before(step.events, event, Kind.BACKWARD)
+        return None
+
+    def _clears_one_optimizer(self, clear: Event) -> bool:
+        return clear.value is not None and self.analysis.roles.is_optimizer(clear.value)
+
+    def _between_backward_and_step(self, step: TrainingStep, clear: Event) -> bool:
+        index = step.events.index(clear)
+        before = next((e for e in reversed(step.events[:index]) if e.kind in (Kind.BACKWARD, Kind.STEP)), None)
+        after = next((e for e in step.events[index + 1 :] if e.kind in (Kind.BACKWARD, Kind.STEP)), None)
+        if before is None or after is None or before.kind is not Kind.BACKWARD or after.kind is not Kind.STEP:
+            return False
+        if not set(clear.ifs) <= set(after.ifs):
+            return False  # a conditional clear that skips the step (`if not finite: zero_grad(); continue`)
+        single_optimizer = len({event.target for event in step.of_kind(Kind.STEP)}) == 1
+        return clear.target == after.target or (not self._clears_one_optimizer(clear) and single_optimizer)
+
+    def _discards_accumulation(self, step: TrainingStep, clear: Event, backwards: list[Event]) -> bool:
+        base = len(self.analysis.context(step.node).ifs) if not isinstance(step.node, cst.FunctionDef) else 0
+        if clear.ifs[base:] or any(event.ifs[base:] for event in backwards):
+            return False
+        return all(_under_modulo(event.ifs[base:]) for event in step.of_kind(Kind.STEP))
+
+
+def _under_modulo(ifs: tuple[cst.CSTNode, ...]) -> bool:
+    return any(m.matches(node, MODULO_TEST) for node in ifs)
+
+
+def _last_before(events: tuple[Event, ...], anchor: Event, kind: Kind) -> Event | None:
+    index = events.index(anchor)
+    return next((event for event in reversed(events[:index]) if event.kind is kind), None)
