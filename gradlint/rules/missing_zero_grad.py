@@ -81,7 +81,9 @@ class MissingZeroGrad(Rule):
         return None
 
     def _clears_one_optimizer(self, clear: Event) -> bool:
-        return clear.value is not None and self.analysis.roles.is_optimizer(clear.value)
+        # A clear inside a helper names the helper's own variables: assume it covers all.
+        inlined = clear.node is not clear.site
+        return not inlined and clear.value is not None and self.analysis.roles.is_optimizer(clear.value)
 
     def _between_backward_and_step(self, step: TrainingStep, clear: Event) -> bool:
         index = step.events.index(clear)
