@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -34,7 +36,10 @@ def lint_source(source: str | bytes, path: str = "<string>", config: Config | No
         return []
     rules = enabled_rules(config, path)
     if not any(all(token in data for token in rule.requires) for rule in rules):
-        return []  # no enabled rule could fire on this file: skip the parse
+        # No enabled rule could fire on this file: skip the parse, but still report
+        # a file that cannot even be decoded (cheap, and always worth knowing).
+        problem = _undecodable(data)
+        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config) if problem else []
     try:
         module = cst.parse_module(data)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
@@ -115,6 +120,15 @@ def _at(position: CodeRange, rule: Rule, path: str, message: str, fix: object) -
 def _diagnostic(kind: tuple[str, str], path: str, line: int, column: int, message: str) -> Diagnostic:
     code, name = kind
     return Diagnostic(path, line, column, code, end_line=line, end_column=column, name=name, message=message)
+
+
+def _undecodable(data: bytes) -> str | None:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return f"cannot decode: {error}"
+    return None
 
 
 def _parse_error(path: str, error: Exception) -> Diagnostic:

@@ -156,7 +156,7 @@ class Roles:
         if not isinstance(value, cst.Call):
             return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict)) else None
         qualified = self.imports.resolve(value.func) or ""
-        name = qualified.rsplit(".", 1)[-1]
+        name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
         if name in ("compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP") and len(value.args) == 1:
             inner = self.role_of_value(value.args[0].value)
             if inner is not None:

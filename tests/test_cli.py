@@ -1,0 +1,192 @@
+"""The command line through click's CliRunner: exit codes, formats, config, noqa, excludes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gradlint.cli import main
+
+BUGGY = """\
+import torch
+
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+CLEAN = """\
+import torch
+
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "buggy.py").write_text(BUGGY)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    return tmp_path
+
+
+def test_clean_file_exits_zero(project: Path) -> None:
+    code, out, err = run("clean.py")
+    assert (code, out) == (0, "")
+    assert "All checks passed" in err
+
+
+def test_findings_exit_one_in_flake8_format(project: Path) -> None:
+    code, out, err = run("buggy.py")
+    assert code == 1
+    assert (
+        out
+        == "buggy.py:5:5: GL002 gradients are never cleared in this training step, so each step adds onto the last\n"
+    )
+    assert err.strip() == "Found 1 problem in 1 file."
+
+
+def test_no_path_lints_the_current_directory_sorted(project: Path) -> None:
+    (project / "a_buggy.py").write_text(BUGGY)
+    code, out, _ = run()
+    assert code == 1
+    assert [line.split(":")[0] for line in out.splitlines()] == ["a_buggy.py", "buggy.py"]
+
+
+def test_check_subcommand_is_the_same(project: Path) -> None:
+    assert run("check", "buggy.py")[:2] == run("buggy.py")[:2]
+
+
+def test_json_format(project: Path) -> None:
+    code, out, _ = run("--format", "json", "buggy.py")
+    assert code == 1
+    [finding] = json.loads(out)
+    assert finding == {
+        "path": "buggy.py",
+        "line": 5,
+        "column": 5,
+        "end_line": 5,
+        "end_column": 20,
+        "code": "GL002",
+        "name": "missing-zero-grad",
+        "message": "gradients are never cleared in this training step, so each step adds onto the last",
+    }
+
+
+def test_quiet_and_exit_zero(project: Path) -> None:
+    code, out, err = run("--quiet", "--exit-zero", "buggy.py")
+    assert code == 0 and "GL002" in out and err == ""
+
+
+def test_select_and_ignore(project: Path) -> None:
+    assert run("--select", "GL001", "buggy.py")[0] == 0
+    assert run("--ignore", "GL002", "buggy.py")[0] == 0
+    assert run("--ignore", "GL00", "buggy.py")[0] == 0
+    assert run("--select", "GL0", "buggy.py")[0] == 1
+
+
+def test_unknown_code_is_a_usage_error(project: Path) -> None:
+    code, _, err = run("--select", "XY123", "buggy.py")
+    assert code == 2 and "unknown rule code" in err
+
+
+def test_pyproject_config_and_cli_override(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.gradlint]\nignore = ["GL002"]\n')
+    assert run("buggy.py")[0] == 0
+    assert run("--ignore", "GL001", "buggy.py")[0] == 1
+
+
+def test_config_found_above_the_linted_path(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.gradlint]\nselect = ["GL001"]\n')
+    (project / "pkg").mkdir()
+    (project / "pkg" / "train.py").write_text(BUGGY)
+    assert run("pkg")[0] == 0
+
+
+def test_unknown_config_key_is_an_error(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.gradlint]\nselekt = ["GL001"]\n')
+    code, _, err = run("buggy.py")
+    assert code == 2 and "unknown key" in err and "selekt" in err
+
+
+def test_invalid_toml_is_an_error(project: Path) -> None:
+    (project / "pyproject.toml").write_text("[tool.gradlint\n")
+    assert run("buggy.py")[0] == 2
+
+
+def test_per_file_ignores(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.gradlint.per-file-ignores]\n"tests/*" = ["GL002"]\n')
+    (project / "tests").mkdir()
+    (project / "tests" / "train.py").write_text(BUGGY)
+    code, out, _ = run(".")
+    assert code == 1 and "tests/train.py" not in out and "buggy.py" in out
+
+
+def test_explicit_config_file(project: Path) -> None:
+    (project / "gradlint.toml").write_text('ignore = ["GL002"]\n')
+    assert run("--config", "gradlint.toml", "buggy.py")[0] == 0
+
+
+def test_noqa_comments(project: Path) -> None:
+    lines = BUGGY.splitlines()
+    (project / "bare.py").write_text("\n".join([*lines[:4], lines[4] + "  # noqa", *lines[5:]]) + "\n")
+    (project / "coded.py").write_text("\n".join([*lines[:4], lines[4] + "  # noqa: GL002", *lines[5:]]) + "\n")
+    (project / "other.py").write_text("\n".join([*lines[:4], lines[4] + "  # noqa: GL001", *lines[5:]]) + "\n")
+    (project / "skipped.py").write_text("# gradlint: noqa\n" + BUGGY)
+    assert run("bare.py", "coded.py", "skipped.py")[0] == 0
+    assert run("other.py")[0] == 1
+
+
+def test_excludes_gitignore_and_virtualenvs(project: Path) -> None:
+    for folder in ("build", ".venv", "env_custom", "ignored", "kept"):
+        (project / folder).mkdir()
+        (project / folder / "train.py").write_text(BUGGY)
+    (project / "env_custom" / "pyvenv.cfg").write_text("home = /usr\n")
+    (project / ".gitignore").write_text("ignored/\n")
+    out = run(".")[1]
+    assert "kept/train.py" in out
+    assert not any(name in out for name in ("build/", ".venv/", "env_custom/", "ignored/"))
+    assert "kept/" not in run("--extend-exclude", "kept", ".")[1]
+
+
+def test_parse_errors_are_reported_and_the_run_goes_on(project: Path) -> None:
+    (project / "broken.py").write_text("import torch\nfor x in loader:\n    loss.backward(\n")
+    (project / "latin.py").write_bytes(b"import torch\nx = '\xff\xfe'\n")
+    code, out, _ = run(".")
+    assert code == 1
+    assert "broken.py:" in out and "GL000" in out
+    assert "latin.py:1:1: GL000" in out
+    assert "buggy.py:5:5: GL002" in out
+
+
+def test_nonexistent_path(project: Path) -> None:
+    code, out, _ = run("missing.py")
+    assert code == 1 and out.startswith("missing.py:1:1: GL000")
+
+
+def test_rule_documentation_and_listing() -> None:
+    code, out, _ = run("rule", "GL001")
+    assert code == 0 and out.startswith("GL001 loss-accumulation") and "Why is this bad?" in out
+    assert run("rule", "missing-zero-grad")[1].startswith("GL002")
+    assert run("rule", "GL998")[0] == 2
+    listing = run("rules")[1]
+    assert "GL001  loss-accumulation" in listing and "GL002  missing-zero-grad" in listing
+
+
+def test_python_dash_m_entry_point(project: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "gradlint", "buggy.py"], capture_output=True, text=True)
+    assert result.returncode == 1 and "GL002" in result.stdout

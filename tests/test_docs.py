@@ -1,0 +1,17 @@
+"""The README and the rules cannot drift apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gradlint.cli import rule_table
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_rule_table_is_generated_from_the_rules() -> None:
+    text = README.read_text()
+    block = re.search(r"<!-- rules:start -->\n(.*?)<!-- rules:end -->", text, re.DOTALL)
+    assert block is not None, "README lacks the rules block"
+    assert block.group(1) == rule_table(), "run `gradlint rules --markdown` and paste it into the README"

@@ -1,0 +1,184 @@
+"""The engine API and the shared analysis layer that rules query."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from gradlint import Config, Diagnostic, lint_source
+from gradlint.analysis import Kind, Role, analyze
+from gradlint.analysis.names import dotted_name
+
+LEAK = """\
+import torch
+total = 0
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    total += loss
+"""
+
+
+def test_lint_source_accepts_text_and_bytes() -> None:
+    from_text = lint_source(LEAK, "train.py")
+    assert from_text == lint_source(LEAK.encode(), "train.py")
+    [diagnostic] = from_text
+    assert isinstance(diagnostic, Diagnostic)
+    assert (diagnostic.path, diagnostic.line, diagnostic.column, diagnostic.code) == ("train.py", 8, 5, "GL001")
+    assert (diagnostic.end_line, diagnostic.end_column) == (8, 18)
+    assert diagnostic.name == "loss-accumulation"
+
+
+def test_pep263_encodings_and_bom_are_honoured() -> None:
+    latin = ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + LEAK).encode("latin-1")
+    bom = b"\xef\xbb\xbf" + LEAK.encode()
+    assert [d.line for d in lint_source(latin, "latin.py")] == [10]
+    assert [d.line for d in lint_source(bom, "bom.py")] == [8]
+
+
+def test_syntax_error_is_gl000_with_position() -> None:
+    [diagnostic] = lint_source("import torch\nloss.backward(\n", "broken.py")
+    assert diagnostic.code == "GL000" and diagnostic.line >= 2 and "syntax error" in diagnostic.message
+
+
+def test_config_select_filters() -> None:
+    assert lint_source(LEAK, "train.py", Config(select=("GL002",))) == []
+
+
+def test_failing_rule_becomes_gl999_and_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradlint.rules.missing_zero_grad import MissingZeroGrad
+
+    def explode(self: object, step: object) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(MissingZeroGrad, "check_step", explode)
+    codes = {d.code: d.message for d in lint_source(LEAK, "train.py")}
+    assert "GL001" in codes
+    assert codes["GL999"].startswith("internal error in GL002, please report: ValueError: boom")
+
+
+def parse(source: str) -> tuple[cst.Module, object]:
+    module = cst.parse_module(source)
+    return module, analyze(module)
+
+
+def test_roles_from_constructors_annotations_and_names() -> None:
+    module = cst.parse_module(
+        "import torch\nfrom torch import optim\nimport argparse\n"
+        "opt = argparse.ArgumentParser().parse_args()\n"
+        "sgd = optim.SGD(params)\nscaler = torch.cuda.amp.GradScaler()\n"
+        "crit = torch.nn.CrossEntropyLoss()\nnet = torch.nn.Linear(2, 2).to('cuda')\n"
+        "sched = optim.lr_scheduler.StepLR(sgd, 1)\n"
+        "def f(o: torch.optim.Optimizer, optimizer_g, g_optimizer, env): pass\n"
+    )
+    roles = analyze(module).roles
+    role = {name: roles.role(cst.parse_expression(name)) for name in (
+        "opt", "sgd", "scaler", "crit", "net", "sched", "o", "optimizer_g", "g_optimizer", "env"
+    )}  # fmt: skip
+    assert role == {
+        "opt": Role.OTHER,
+        "sgd": Role.OPTIMIZER,
+        "scaler": Role.SCALER,
+        "crit": Role.LOSS_FN,
+        "net": Role.MODEL,
+        "sched": None,
+        "o": Role.OPTIMIZER,
+        "optimizer_g": Role.OPTIMIZER,
+        "g_optimizer": Role.OPTIMIZER,
+        "env": None,
+    }
+
+
+def test_training_steps_inline_same_module_helpers() -> None:
+    source = """\
+import torch
+class T:
+    def clear(self):
+        self.optimizer.zero_grad()
+    def step(self, batch):
+        self.scaler.scale(self.loss(batch)).backward()
+        self.scaler.step(self.optimizer)
+    def fit(self):
+        for batch in self.loader:
+            self.clear()
+            self.step(batch)
+"""
+    analysis = analyze(cst.parse_module(source))
+    [step] = analysis.training_steps
+    assert isinstance(step.node, cst.For)
+    assert [event.kind for event in step.events] == [Kind.CLEAR, Kind.SCALE, Kind.BACKWARD, Kind.STEP]
+    backward = step.of_kind(Kind.BACKWARD)[0]
+    assert backward.via_scaler and dotted_name(step.of_kind(Kind.STEP)[0].value) == "self.optimizer"
+
+
+def test_grad_mode_contexts() -> None:
+    source = """\
+import torch
+@torch.no_grad()
+def evaluate():
+    a = model(x)
+with torch.no_grad():
+    b = model(x)
+    with torch.enable_grad():
+        c = model(x)
+with torch.set_grad_enabled(phase == "train"):
+    d = model(x)
+e = model(x)
+"""
+    module = cst.parse_module(source)
+    analysis = analyze(module)
+    modes = {
+        statement.targets[0].target.value: analysis.context(statement).grad_mode.value
+        for statement in analysis.collected.statements
+        if isinstance(statement, cst.Assign)
+    }
+    assert modes == {"a": "disabled", "b": "disabled", "c": "enabled", "d": "dynamic", "e": "enabled"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("out", True),
+        ("loss", True),
+        ("loss * 2 + out.mean()", True),
+        ("outputs.loss", True),
+        ("loss.item()", False),
+        ("loss.detach()", False),
+        ("float(loss)", False),
+        ("out.argmax(1)", False),
+        ("(out.argmax(1) == y).sum()", False),
+        ("out.detach().cpu().numpy()", False),
+        ("evaluated", False),
+        ("helper_float()", False),
+        ("helper_tensor()", True),
+        ("returned", True),
+        ("unknown_value", False),
+    ],
+)
+def test_grad_carrying_values(expression: str, expected: bool) -> None:
+    source = f"""\
+import torch
+def helper_float():
+    return criterion(model(x), y).item()
+def helper_tensor():
+    return criterion(model(x), y)
+out = model(x)
+outputs = model(**batch)
+loss = criterion(out, y)
+with torch.no_grad():
+    evaluated = model(x)
+returned = helper_tensor()
+probe = {expression}
+"""
+    module = cst.parse_module(source)
+    analysis = analyze(module)
+    probe = analysis.collected.statements[-1]
+    assert isinstance(probe, cst.Assign)
+    assert analysis.is_grad(probe.value, probe) is expected
+
+
+def test_mxnet_files_are_out_of_scope() -> None:
+    source = "from mxnet import autograd\nfor x in data:\n    loss = net(x)\n    loss.backward()\n    trainer.step(1)\n"
+    assert lint_source(source, "mx.py") == []
