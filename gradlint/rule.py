@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from gradlint.analysis import ModuleAnalysis
     from gradlint.analysis.steps import TrainingStep
 
-DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/docs/rules.md#{code}"
+DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/docs/rules.md#{anchor}"
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,14 @@ class Fix:
 
 @dataclass(frozen=True, order=True)
 class Diagnostic:
-    """One finding. Lines and columns are 1-based, as flake8, ruff and SARIF print them."""
+    """One finding. Lines and columns are 1-based, as flake8, ruff and SARIF print them.
+
+    In a notebook, `cell` is the 1-based index of the cell among all cells of the file and
+    `line` counts within that cell; it sits right after `path` so findings sort by cell.
+    """
 
     path: str
+    cell: int | None = field(default=None, kw_only=True)
     line: int
     column: int
     code: str
@@ -109,7 +115,19 @@ class Rule:
     @classmethod
     def docs_url(cls) -> str:
         """Where the rule's documentation is published."""
-        return DOCS_URL.format(code=cls.code.lower())
+        return DOCS_URL.format(anchor=f"{cls.code}-{cls.name}".lower())
+
+    @classmethod
+    def markdown(cls) -> str:
+        """The rule's documentation as a Markdown section of docs/rules.md."""
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        summary, _, body = doc.partition("\n")
+        body = re.sub(r"^(Why is this bad\?|Known problems|Options|References)$", r"\n### \1\n", body, flags=re.M)
+        return (
+            f"## {cls.code} {cls.name}\n\n{summary}\n{body}\n\n"
+            f"Example:\n\n```python\n{textwrap.dedent(cls.example).strip()}\n```\n\n"
+            f"Use instead:\n\n```python\n{textwrap.dedent(cls.use_instead).strip()}\n```\n"
+        )
 
 
 def all_rules() -> dict[str, type[Rule]]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gradlint.cli import rule_table
+from gradlint.cli import rule_table, rules_markdown
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
 
 
 def test_readme_rule_table_is_generated_from_the_rules() -> None:
@@ -15,3 +16,8 @@ def test_readme_rule_table_is_generated_from_the_rules() -> None:
     block = re.search(r"<!-- rules:start -->\n(.*?)<!-- rules:end -->", text, re.DOTALL)
     assert block is not None, "README lacks the rules block"
     assert block.group(1) == rule_table(), "run `gradlint rules --markdown` and paste it into the README"
+
+
+def test_docs_rules_md_is_generated_from_the_rules() -> None:
+    generated = (ROOT / "docs" / "rules.md").read_text()
+    assert generated == rules_markdown(), "run `gradlint rules --docs > docs/rules.md`"
