@@ -6,6 +6,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from gradlint.analysis.branches import Branches
 from gradlint.analysis.collect import Collected, Context, GradMode, Loop, collect
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.roles import Role, Roles
@@ -31,6 +32,11 @@ class ModuleAnalysis:
     def is_torch_code(self) -> bool:
         """False for files written for another framework only (MXNet, TensorFlow, JAX)."""
         return self.imports.is_torch_code()
+
+    @cached_property
+    def branches(self) -> Branches:
+        """Which events of a step exclude each other (if/else branches, early exits)."""
+        return Branches()
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

@@ -1,0 +1,66 @@
+"""GL011: an optimizer stepped both through its GradScaler and directly in one step."""
+
+from __future__ import annotations
+
+from gradlint.analysis import Kind, TrainingStep
+from gradlint.rule import Rule
+
+
+class DoubleStep(Rule):
+    """Checks for training steps that call both `scaler.step(optimizer)` and `optimizer.step()`.
+
+    Why is this bad?
+    `GradScaler.step(optimizer)` unscales the gradients and then calls
+    `optimizer.step()` itself (unless it found inf/NaN gradients), even for a scaler
+    built with `enabled=False`. Calling `optimizer.step()` as well updates the
+    parameters twice per batch, and the extra update applies gradients that may still
+    be multiplied by the loss scale (65536 by default), or inf/NaN ones the scaler just
+    decided to skip. Nothing raises: the loss jumps or turns NaN, or the model
+    trains with an effectively doubled learning rate. Keep only `scaler.step(optimizer)`
+    followed by `scaler.update()`.
+
+    Steps in exclusive branches (`if use_amp: scaler.step(opt) else: opt.step()`, or a
+    branch that ends in `continue`/`return`) are fine and not reported.
+
+    Known problems
+    A step taken by a helper of another module is not seen.
+
+    References
+    https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.step
+    """
+
+    code = "GL011"
+    name = "double-step"
+    message = "the optimizer is stepped directly and through its GradScaler, so the parameters are updated twice"
+    requires = (b"step", b"scale")
+    example = """
+        scaler = torch.amp.GradScaler()
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cuda"):
+                loss = criterion(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            optimizer.step()
+            scaler.update()
+    """
+    use_instead = """
+        scaler = torch.amp.GradScaler()
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cuda"):
+                loss = criterion(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    """
+
+    def check_step(self, step: TrainingStep) -> None:
+        steps = step.of_kind(Kind.STEP)
+        branches = self.analysis.branches
+        for direct in (event for event in steps if not event.via_scaler and event.target is not None):
+            for scaled in (event for event in steps if event.via_scaler and event.target == direct.target):
+                first, second = sorted((direct, scaled), key=step.events.index)
+                if not branches.exclusive(first, second):
+                    self.report(direct.node)
+                    break
