@@ -10,6 +10,7 @@ import click
 from gradlint import __version__
 from gradlint.config import Config, ConfigError, load_config
 from gradlint.engine import INTERNAL_ERROR, lint_paths
+from gradlint.fix import fix_paths
 from gradlint.formats import formats
 from gradlint.rule import Diagnostic, all_rules
 
@@ -51,6 +52,9 @@ def main() -> None:
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when there are findings.")
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply safe fixes in place, then report what remains.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print the fixes as a unified diff instead; write nothing.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply fixes that need review.")
 def check(
     paths: tuple[Path, ...],
     output_format: str,
@@ -61,6 +65,9 @@ def check(
     config_file: Path | None,
     quiet: bool,
     exit_zero: bool,
+    apply_fixes: bool,
+    show_diff: bool,
+    unsafe_fixes: bool,
 ) -> None:
     """Lint files and directories (recursing into *.py) and report findings."""
     targets = list(paths) or [Path(".")]
@@ -74,11 +81,38 @@ def check(
     except ConfigError as error:
         click.echo(f"gradlint: error: {error}", err=True)
         sys.exit(EXIT_ERROR)
-    diagnostics = sorted(lint_paths(targets, config))
+    if show_diff:
+        sys.exit(_show_diff(targets, config, unsafe_fixes, quiet))
+    if apply_fixes:
+        diagnostics = _apply_fixes(targets, config, unsafe_fixes, quiet)
+    else:
+        diagnostics = sorted(lint_paths(targets, config))
     click.echo(formats()[output_format](diagnostics), nl=False)
     if not quiet:
         click.echo(_summary(diagnostics), err=True)
     sys.exit(exit_code(diagnostics, exit_zero))
+
+
+def _show_diff(targets: list[Path], config: Config, unsafe: bool, quiet: bool) -> int:
+    """Print what --fix would change; 1 when it would change something."""
+    results = list(fix_paths(targets, config, unsafe, write=False))
+    click.echo("".join(result.diff() for result in results), nl=False)
+    fixes = sum(result.applied for result in results)
+    if not quiet:
+        click.echo(f"Would fix {fixes} problem{'s' if fixes != 1 else ''}.", err=True)
+    return EXIT_FINDINGS if any(result.changed for result in results) else EXIT_CLEAN
+
+
+def _apply_fixes(targets: list[Path], config: Config, unsafe: bool, quiet: bool) -> list[Diagnostic]:
+    """Fix files in place; the findings that remain."""
+    results = list(fix_paths(targets, config, unsafe))
+    for result in results:
+        if result.skipped:
+            click.echo(f"gradlint: {result.path}: not fixed: {result.skipped}", err=True)
+    fixes = sum(result.applied for result in results)
+    if not quiet and fixes:
+        click.echo(f"Fixed {fixes} problem{'s' if fixes != 1 else ''}.", err=True)
+    return sorted(diagnostic for result in results for diagnostic in result.remaining)
 
 
 def exit_code(diagnostics: list[Diagnostic], exit_zero: bool = False) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from gradlint.analysis import Kind
 from gradlint.analysis.names import dotted_name
-from gradlint.rule import Rule
+from gradlint.fixes import method_call, replacement_fix
+from gradlint.rule import Fix, Rule
 
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add"})
 
@@ -99,7 +101,40 @@ class LossAccumulation(Rule):
             region_node = region
         if analysis.rebinds(region_node, key) or key in analysis.backpropagated_names(region_node):
             return
-        self.report(statement)
+        self.report(statement, fix=self._fix(statement, key, value, region_node))
+
+    def _fix(
+        self,
+        statement: cst.BaseSmallStatement,
+        key: str,
+        value: cst.BaseExpression,
+        region: cst.For | cst.While | cst.FunctionDef,
+    ) -> Fix | None:
+        # Ex) preds = torch.cat([preds, logits]): the value checked is synthesized, not in the tree.
+        if isinstance(statement, cst.Assign) and not isinstance(statement.value, cst.BinaryOperation):
+            return None
+        # `.item()` turns the sum into a float: certain only for a number accumulator never
+        # used as a tensor, adding a loss that is backpropagated (so a scalar).
+        scalar = dotted_name(value) in self.analysis.backpropagated_names(region)
+        method = "item" if scalar and self._holds_number(statement, key) else "detach"
+        return replacement_fix(
+            self.analysis.module, {value: method_call(value, method)}, f"use `.{method}()` to drop the graph"
+        )
+
+    def _holds_number(self, statement: cst.BaseSmallStatement, key: str) -> bool:
+        """Whether `key` starts as a number literal in this scope and is never used as a tensor."""
+        scope = self.analysis.context(statement).scope
+        starts = [
+            s
+            for s in self.analysis.collected.statements
+            if isinstance(s, cst.Assign)
+            and self.analysis.context(s).scope is scope
+            and any(dotted_name(target.target) == key for target in s.targets)
+        ]
+        if not starts or not all(isinstance(s.value, (cst.Integer, cst.Float)) for s in starts):
+            return False
+        uses = m.findall(scope, m.Attribute())
+        return not any(isinstance(node, cst.Attribute) and dotted_name(node.value) == key for node in uses)
 
 
 def _backpropagates(events: tuple[object, ...]) -> bool:

@@ -1,0 +1,78 @@
+"""Build a rule's Fix from LibCST node replacements, so fixes keep comments and formatting."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TypeVar, cast
+
+import libcst as cst
+
+from gradlint.rule import Edit, Fix
+
+# What a node is replaced with: a node, several statements (FlattenSentinel), or nothing.
+Replacement = cst.CSTNode | cst.FlattenSentinel[cst.CSTNode] | cst.RemovalSentinel
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
+# Line breaks as LibCST counts lines; edits address lines by this count.
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: Mapping[cst.CSTNode, Replacement]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(
+        self, original_node: _Node, updated_node: _Node
+    ) -> _Node | cst.FlattenSentinel[_Node] | cst.RemovalSentinel:
+        if original_node not in self.replacements:
+            return updated_node
+        # The caller pairs each node with a replacement that fits where the node stands.
+        return cast("_Node | cst.FlattenSentinel[_Node] | cst.RemovalSentinel", self.replacements[original_node])
+
+
+def replacement_fix(
+    module: cst.Module,
+    replacements: Mapping[cst.CSTNode, Replacement],
+    description: str,
+    safe: bool = True,
+) -> Fix:
+    """A Fix that turns `module` into `module` with each key node replaced by its value.
+
+    LibCST regenerates the whole module, so the new nodes are rendered in place, with the
+    indentation and line endings of their surroundings; the edit is the span that changed.
+    """
+    before = module.code
+    after = module.visit(_Replace(replacements)).code
+    return Fix(description, (_difference(before, after),), safe)
+
+
+def method_call(receiver: cst.BaseExpression, method: str) -> cst.Call:
+    """`receiver.method()`, parenthesizing `receiver` when it is not an atom (`(a + b).item()`)."""
+    atomic = isinstance(receiver, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or receiver.lpar
+    if not atomic:
+        receiver = receiver.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(method)))
+
+
+def _difference(before: str, after: str) -> Edit:
+    start = 0
+    limit = min(len(before), len(after))
+    while start < limit and before[start] == after[start]:
+        start += 1
+    end_before, end_after = len(before), len(after)
+    while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
+        end_before -= 1
+        end_after -= 1
+    line, column = _position(before, start)
+    end_line, end_column = _position(before, end_before)
+    return Edit(line, column, end_line, end_column, after[start:end_after])
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based (line, column) of `offset`, counting CRLF, CR and LF as LibCST does."""
+    line, line_start = 1, 0
+    for match in LINE_BREAK.finditer(text, 0, offset):
+        line, line_start = line + 1, match.end()
+    return line, offset - line_start + 1
