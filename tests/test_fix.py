@@ -1,0 +1,194 @@
+"""Autofix: each fix, formatting kept, idempotence, and writes that never lose code."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import gradlint.fix
+from gradlint import Config, lint_source
+from gradlint.cli import main
+from gradlint.fix import apply_edits, fix_file, fix_source, write_atomically
+from gradlint.rule import Diagnostic, Edit, Fix
+
+LOOP = """\
+import torch
+
+def train(model, loader, optimizer, criterion):
+    total = 0
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss  # running sum, for the log
+        losses.append(loss)
+    return total, losses
+"""
+FIXED_LOOP = LOOP.replace("total += loss ", "total += loss.item() ").replace(
+    "losses.append(loss)", "losses.append(loss.detach())"
+)
+
+
+def fixed(source: str, unsafe: bool = False) -> str:
+    return fix_source(textwrap.dedent(source), "train.py", Config(), unsafe).text
+
+
+def test_gl001_sum_of_a_backpropagated_loss_into_a_number_becomes_item() -> None:
+    result = fix_source(LOOP, "train.py", Config())
+    assert result.text == FIXED_LOOP  # the comment and every other byte kept
+    assert result.applied == 2
+    assert result.remaining == []
+
+
+def test_gl001_accumulator_used_as_a_tensor_gets_detach_not_item() -> None:
+    source = LOOP.replace("return total, losses", "return total.cpu(), losses")
+    assert "total += loss.detach()  # running sum" in fixed(source)
+
+
+def test_gl001_compound_value_is_parenthesized() -> None:
+    source = LOOP.replace("total += loss ", "total += loss * 2 ")
+    assert "total += (loss * 2).detach()" in fixed(source)
+
+
+def test_gl001_self_referencing_assignment_is_fixed_in_place() -> None:
+    source = LOOP.replace("total += loss ", "total = total + loss ")
+    assert "total = total + loss.detach()  # running sum" in fixed(source)
+
+
+def test_fixed_file_lints_clean_and_fixing_twice_changes_nothing() -> None:
+    once = fixed(LOOP)
+    assert lint_source(once, "train.py") == []
+    again = fix_source(once, "train.py", Config())
+    assert (again.text, again.applied) == (once, 0)
+
+
+def test_unsafe_fixes_are_applied_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    unsafe = Fix("rename", (Edit(1, 1, 1, 2, "y"),), safe=False)
+    finding = Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", unsafe)
+    monkeypatch.setattr(gradlint.fix, "lint_source", lambda data, *args: [finding] if data.startswith(b"x") else [])
+    assert fix_source("x = 1\n").text == "x = 1\n"
+    assert fix_source("x = 1\n", unsafe=True).text == "y = 1\n"
+
+
+def test_a_fix_whose_result_does_not_parse_is_never_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = Fix("break", (Edit(1, 1, 1, 1, "("),))
+    good = Fix("rename", (Edit(2, 1, 2, 2, "z"),))
+    findings = [
+        Diagnostic("t.py", line, 1, "GL001", line, 2, "loss-accumulation", "m", fix)
+        for line, fix in ((1, broken), (2, good))
+    ]
+    monkeypatch.setattr(gradlint.fix, "lint_source", lambda data, *args: findings if b"y" in data else [])
+    assert fix_source("x = 1\ny = 2\n").text == "x = 1\nz = 2\n"
+
+
+def test_overlapping_fixes_wait_for_the_next_pass() -> None:
+    edits = [Edit(1, 1, 1, 2, "a"), Edit(1, 1, 1, 1, "b"), Edit(1, 3, 2, 1, "c")]
+    assert apply_edits("xy\nz", [edits[0], edits[2]]) == "aycz"
+    assert gradlint.fix._non_overlapping([Fix("one", (edits[0],)), Fix("two", (edits[1],))], "xy\n") == [
+        Fix("one", (edits[0],))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "newline", "encoding"),
+    [
+        (b"", "\n", "utf-8"),
+        (b"\xef\xbb\xbf", "\n", "utf-8"),  # BOM
+        (b"", "\r\n", "utf-8"),
+        (b"", "\r", "utf-8"),
+        (b"# -*- coding: latin-1 -*-\n", "\n", "latin-1"),
+    ],
+    ids=["plain", "bom", "crlf", "cr", "latin-1"],
+)
+def test_fix_keeps_bom_line_endings_encoding_and_mode(
+    tmp_path: Path, prefix: bytes, newline: str, encoding: str
+) -> None:
+    source = LOOP.replace("# running sum", "# somme courante: é")
+    path = tmp_path / "train.py"
+    path.write_bytes(prefix + source.replace("\n", newline).encode(encoding))
+    path.chmod(0o750)
+    result = fix_file(path, Config())
+    assert result.applied == 2 and result.skipped is None
+    expected = FIXED_LOOP.replace("# running sum", "# somme courante: é")
+    assert path.read_bytes() == prefix + expected.replace("\n", newline).encode(encoding)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]  # no temporary left behind
+
+
+def test_fix_through_a_symlink_rewrites_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "real.py"
+    target.write_text(LOOP)
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    fix_file(link, Config())
+    assert link.is_symlink() and target.read_text() == FIXED_LOOP
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+def test_an_interrupted_write_leaves_the_original_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(LOOP)
+
+    def fail(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, failing, fail)
+    result = fix_file(path, Config())
+    assert result.skipped == "cannot write: No space left on device"
+    assert path.read_text() == LOOP
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+    assert {d.code for d in result.remaining} == {"GL001"}
+
+
+def test_a_file_changed_on_disk_while_fixing_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(LOOP)
+    original_fix_source = gradlint.fix.fix_source
+
+    def edit_meanwhile(*args: object, **kwargs: object) -> gradlint.fix.FixedSource:
+        path.write_text(LOOP + "# edited in the editor\n")
+        return original_fix_source(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gradlint.fix, "fix_source", edit_meanwhile)
+    result = fix_file(path, Config())
+    assert result.skipped == "the file changed on disk since it was read; not written"
+    assert path.read_text() == LOOP + "# edited in the editor\n"
+
+
+def test_write_atomically_refuses_when_the_bytes_differ(tmp_path: Path) -> None:
+    path = tmp_path / "a.py"
+    path.write_bytes(b"x = 1\n")
+    assert write_atomically(path, b"x = 2\n", b"x = 0\n") is not None
+    assert write_atomically(path, b"x = 2\n", b"x = 1\n") is None
+    assert path.read_bytes() == b"x = 2\n"
+
+
+def test_cli_diff_shows_the_change_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(LOOP)
+    result = CliRunner().invoke(main, ["check", "--diff", str(path)])
+    assert result.exit_code == 1
+    assert "-        total += loss  # running sum, for the log\n" in result.output
+    assert "+        losses.append(loss.detach())\n" in result.output
+    assert path.read_text() == LOOP
+
+
+def test_cli_fix_writes_reports_counts_and_a_second_run_is_clean(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(LOOP)
+    first = CliRunner().invoke(main, ["check", "--fix", str(path)])
+    assert first.exit_code == 0
+    assert "Fixed 2 problems." in first.output
+    assert path.read_text() == FIXED_LOOP
+    second = CliRunner().invoke(main, ["check", "--diff", str(path)])
+    assert second.exit_code == 0
+    assert path.read_text() == FIXED_LOOP
