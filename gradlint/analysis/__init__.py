@@ -7,9 +7,17 @@ from functools import cached_property
 import libcst as cst
 
 from gradlint.analysis.branches import Branches
-from gradlint.analysis.collect import Collected, Context, GradMode, Loop, collect
+from gradlint.analysis.callers import CallerGradMode
+from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
+from gradlint.analysis.dtypes import TensorDtypes
+from gradlint.analysis.graphs import Graphs
+from gradlint.analysis.leaves import Leaves
+from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name
+from gradlint.analysis.nograd import NoGradValues
+from gradlint.analysis.origins import Origins
 from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.values import GradValues, names_in
 
@@ -37,6 +45,56 @@ class ModuleAnalysis:
     def branches(self) -> Branches:
         """Which events of a step exclude each other (if/else branches, early exits)."""
         return Branches()
+
+    @cached_property
+    def dtypes(self) -> TensorDtypes:
+        """Whether tensor expressions are integral or floating, where the source shows it."""
+        return TensorDtypes(self.collected)
+
+    @cached_property
+    def origins(self) -> Origins:
+        """Which assignments of a name may reach a statement: where its value was computed."""
+        return Origins(self.collected)
+
+    @cached_property
+    def shapes(self) -> Shapes:
+        """Whether tensor expressions are scalars, clearly not, or unknown."""
+        return Shapes(self.collected, self.roles, self.events, self.origins)
+
+    @cached_property
+    def no_grad_values(self) -> NoGradValues:
+        """Which values were provably computed with autograd off."""
+        return NoGradValues(self.collected, self.roles, self.events, self.origins)
+
+    @cached_property
+    def callers(self) -> CallerGradMode:
+        """Whether code runs without grad, counting the grad mode of its function's callers."""
+        return CallerGradMode(self.collected, self.events)
+
+    @cached_property
+    def leaves(self) -> Leaves:
+        """Which names hold leaf tensors that require grad (parameters), or iterables of them."""
+        return Leaves(self.collected, self.roles, self.callers)
+
+    @cached_property
+    def mutations(self) -> Mutations:
+        """The in-place operations of the module and the manual parameter updates among them."""
+        return Mutations(self.collected, self.leaves)
+
+    @cached_property
+    def graphs(self) -> Graphs:
+        """What values were computed from, whether they require grad, what backward saved."""
+        return Graphs(self.collected, self.roles, self.values, self.leaves, self.origins)
+
+    def own_events(self, kind: Kind) -> list[Event]:
+        """The events of one kind written in each scope itself (not reached through a helper), in order."""
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        return [
+            event
+            for scope in scopes
+            for event in self.events.scope_events(scope)
+            if event.kind is kind and event.node is event.site
+        ]
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

@@ -1,0 +1,108 @@
+"""GL010: gradients requested for an integer or bool tensor."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis.dtypes import DtypeKind
+from gradlint.analysis.names import last_name
+from gradlint.rule import Rule
+
+
+class IntRequiresGrad(Rule):
+    """Checks for integer and bool tensors that are made to require gradients.
+
+    Why is this bad?
+    Only floating point and complex tensors can be differentiated. `requires_grad=True`
+    on `torch.tensor([1, 2, 3])` (int64, because the literals are ints),
+    `torch.arange(10)`, `torch.randint(...)`, a tensor with `dtype=torch.long`, or
+    `.long().requires_grad_()` raises `RuntimeError: Only Tensors of floating point
+    and complex dtype can require gradients`, and so does `nn.Parameter` around an
+    integer tensor (parameters require gradients by default). Write float literals
+    (`[1.0, 2.0]`), pass `dtype=torch.float32`, or cast with `.float()` first; an
+    integer buffer that must not learn belongs in `register_buffer` or
+    `nn.Parameter(..., requires_grad=False)`.
+
+    Float literals and float or complex dtypes are fine and not reported.
+
+    Known problems
+    Only dtypes visible in the source are known: a tensor built from a variable or
+    returned by another module's function is not judged.
+
+    References
+    https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad
+    """
+
+    code = "GL010"
+    name = "int-requires-grad"
+    message = "an integer or bool tensor cannot require gradients; this raises at runtime"
+    requires = (b"torch",)
+    example = """
+        weights = torch.tensor([1, 2, 3], requires_grad=True)
+    """
+    use_instead = """
+        weights = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    """
+
+    def visit_Call(self, node: cst.Call) -> None:
+        dtypes = self.analysis.dtypes
+        if _keyword_is(node, "requires_grad", "True"):
+            if dtypes.dtype_of_construction(node) is DtypeKind.INTEGRAL:
+                self.report(node)
+            return
+        func = node.func
+        at = self.analysis.statement_of(node)
+        if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            if _enables(node) and dtypes.dtype_of(func.value, at) is DtypeKind.INTEGRAL:
+                self.report(node)
+            return
+        # Ex) nn.Parameter(torch.arange(n)): parameters require gradients by default.
+        if (
+            self._is_parameter(func)
+            and node.args
+            and node.args[0].keyword is None
+            and not _keyword_is(node, "requires_grad", "False")
+            and _positional_count(node) < 2
+            and dtypes.dtype_of(node.args[0].value, at) is DtypeKind.INTEGRAL
+        ):
+            self.report(node)
+
+    def _is_parameter(self, func: cst.BaseExpression) -> bool:
+        resolved = self.analysis.imports.resolve(func) or ""
+        return last_name(func) == "Parameter" and resolved.startswith(("torch.", "nn."))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # Ex) index.requires_grad = True
+        value = node.value
+        if not (isinstance(value, cst.Name) and value.value == "True"):
+            return
+        for target in node.targets:
+            attribute = target.target
+            if (
+                isinstance(attribute, cst.Attribute)
+                and attribute.attr.value == "requires_grad"
+                and self.analysis.dtypes.dtype_of(attribute.value, node) is DtypeKind.INTEGRAL
+            ):
+                self.report(node)
+
+
+def _keyword_is(call: cst.Call, keyword: str, value: str) -> bool:
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value == keyword
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == value
+        for arg in call.args
+    )
+
+
+def _enables(call: cst.Call) -> bool:
+    # x.requires_grad_() and x.requires_grad_(True) enable; requires_grad_(False) does not.
+    if not call.args:
+        return True
+    value = call.args[0].value
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _positional_count(call: cst.Call) -> int:
+    return sum(1 for arg in call.args if arg.keyword is None)
