@@ -37,6 +37,8 @@ SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 MODULE_PASSTHROUGH = frozenset(
     {"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_", "to_empty"}
 )
+# Calls that hand back the object they wrap, with the same role.
+WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP"})
 MODEL_BASES = frozenset(
     {
         "Module",
@@ -157,7 +159,7 @@ class Roles:
             return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict)) else None
         qualified = self.imports.resolve(value.func) or ""
         name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
-        if name in ("compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP") and len(value.args) == 1:
+        if name in WRAPPERS and len(value.args) == 1:
             inner = self.role_of_value(value.args[0].value)
             if inner is not None:
                 return inner
@@ -189,6 +191,18 @@ class Roles:
             ):
                 return True
         return False
+
+    def constructors(self, node: cst.BaseExpression) -> list[cst.Call]:
+        """The calls that built the object `node`'s symbol holds, seen through `.to(device)` and wrappers."""
+        key = dotted_name(node)
+        found = []
+        for value in self.values.get(key, []) if key else []:
+            value = _unwrap_passthrough(value)
+            while isinstance(value, cst.Call) and last_name(value.func) in WRAPPERS and len(value.args) == 1:
+                value = _unwrap_passthrough(value.args[0].value)
+            if isinstance(value, cst.Call):
+                found.append(value)
+        return found
 
     def is_model_class(self, cls: cst.ClassDef) -> bool:
         """True for a class of this module that subclasses nn.Module (directly or not)."""
