@@ -64,7 +64,11 @@ MODEL_NAME = re.compile(
     r"(?i)(\w+_)?(model|net|network|encoder|decoder|generator|discriminator|critic|actor|policy|backbone|classifier|"
     r"unet|vae|student|teacher|transformer|qnet|q_net)(_\w+)?\d*|net[GD]|[GD]|[GD]_[A-Za-z]+"
 )
-LOSS_NAME = re.compile(r"(?i).*loss.*|.*criterion.*|crit")
+# Callables named like loss functions; `evaluate_loss(...)`, `log_loss(...)` report numbers.
+LOSS_NAME = re.compile(
+    r"(?i)(?!(eval|evaluate|val|valid|validate|validation|test|log|print|plot|report|record|track|avg|average|mean)_)"
+    r"(criterion|crit|loss|loss_?fn|loss_?func(tion)?|(compute|calc|calculate|get)_loss|\w+_criterion|\w+_loss(_fn|_func)?)"
+)
 
 ANNOTATION_ROLES = {
     "Optimizer": Role.OPTIMIZER,
@@ -193,16 +197,10 @@ class Roles:
         return False
 
     def constructors(self, node: cst.BaseExpression) -> list[cst.Call]:
-        """The calls that built the object `node`'s symbol holds, seen through `.to(device)` and wrappers."""
+        """The calls that built the object `node`'s symbol holds anywhere in the module."""
         key = dotted_name(node)
-        found = []
-        for value in self.values.get(key, []) if key else []:
-            value = _unwrap_passthrough(value)
-            while isinstance(value, cst.Call) and last_name(value.func) in WRAPPERS and len(value.args) == 1:
-                value = _unwrap_passthrough(value.args[0].value)
-            if isinstance(value, cst.Call):
-                found.append(value)
-        return found
+        built = [constructor_of(value) for value in self.values.get(key, [])] if key else []
+        return [call for call in built if call is not None]
 
     def is_model_class(self, cls: cst.ClassDef) -> bool:
         """True for a class of this module that subclasses nn.Module (directly or not)."""
@@ -247,6 +245,14 @@ def _role_from_name(name: str) -> Role | None:
     if MODEL_NAME.fullmatch(name):
         return Role.MODEL
     return None
+
+
+def constructor_of(value: cst.BaseExpression) -> cst.Call | None:
+    """The call that built the object `value` evaluates to, seen through `.to(device)` and wrappers."""
+    value = _unwrap_passthrough(value)
+    while isinstance(value, cst.Call) and last_name(value.func) in WRAPPERS and len(value.args) == 1:
+        value = _unwrap_passthrough(value.args[0].value)
+    return value if isinstance(value, cst.Call) else None
 
 
 def _unwrap_passthrough(value: cst.BaseExpression) -> cst.BaseExpression:

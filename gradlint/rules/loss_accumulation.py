@@ -10,7 +10,7 @@ from gradlint.analysis.names import dotted_name
 from gradlint.fixes import method_call, replacement_fix
 from gradlint.rule import Fix, Rule
 
-CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add"})
+CONTAINER_METHODS = frozenset({"append", "extend", "insert"})
 
 
 class LossAccumulation(Rule):
@@ -101,6 +101,8 @@ class LossAccumulation(Rule):
             region_node = region
         if analysis.rebinds(region_node, key) or key in analysis.backpropagated_names(region_node):
             return
+        if isinstance(context.scope, cst.FunctionDef) and key in analysis.backpropagated_names(context.scope):
+            return  # kept on purpose: the function backpropagates the kept values later
         self.report(statement, fix=self._fix(statement, key, value, region_node))
 
     def _fix(

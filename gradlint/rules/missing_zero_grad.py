@@ -69,7 +69,7 @@ class MissingZeroGrad(Rule):
     def _uncleared_backward(self, step: TrainingStep) -> Event | None:
         clears = step.of_kind(Kind.CLEAR)
         if not clears:
-            return step.of_kind(Kind.BACKWARD)[0]
+            return None if _caller_owns_optimizer(step) else step.of_kind(Kind.BACKWARD)[0]
         steps = step.of_kind(Kind.STEP)
         targets = {event.target for event in steps}
         if len(targets) < 2 or None in targets or any(not self._clears_one_optimizer(c) for c in clears):
@@ -101,6 +101,15 @@ class MissingZeroGrad(Rule):
         if clear.ifs[base:] or any(event.ifs[base:] for event in backwards):
             return False
         return all(_under_modulo(event.ifs[base:]) for event in step.of_kind(Kind.STEP))
+
+
+def _caller_owns_optimizer(step: TrainingStep) -> bool:
+    # A step helper handed its optimizer (timm's `NativeScaler.__call__(loss, optimizer)`)
+    # is called by a loop elsewhere that owns the optimizer and clears it.
+    if not isinstance(step.node, cst.FunctionDef):
+        return False
+    params = {param.name.value for param in step.node.params.params} - {"self", "cls"}
+    return any((event.target or "").split(".")[0] in params for event in step.of_kind(Kind.STEP))
 
 
 def _under_modulo(ifs: tuple[cst.CSTNode, ...]) -> bool:
