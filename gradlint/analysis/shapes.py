@@ -18,7 +18,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
-from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.roles import Role, Roles, constructor_of
 from gradlint.analysis.steps import EventIndex
 
 MAX_DEPTH = 8
@@ -113,7 +113,7 @@ class Shapes:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None:
             return self.returned_shape(helper)
-        return self._shape_of_module_call(func)
+        return self._shape_of_module_call(func, at)
 
     def _shape_of_method(self, call: cst.Call, func: cst.Attribute, at: cst.CSTNode, depth: int) -> Shape:
         # Ex) out.mean()  /  per_sample.sum(dim=1)  /  logits.float()  /  model.forward(x)
@@ -123,11 +123,11 @@ class Shapes:
         if method in ELEMENTWISE:
             return self.shape(func.value, at, depth + 1)
         if method == "forward":
-            return self._shape_of_module_call(func.value)
+            return self._shape_of_module_call(func.value, at)
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None:
             return self.returned_shape(helper)
-        return self._shape_of_module_call(func)
+        return self._shape_of_module_call(func, at)
 
     def _shape_of_torch_function(self, call: cst.Call, name: str, at: cst.CSTNode, depth: int) -> Shape:
         # Ex) torch.mean(x)  /  F.mse_loss(pred, y, reduction="none")  /  torch.sigmoid(logits)
@@ -140,16 +140,29 @@ class Shapes:
             return self.shape(positional[0], at, depth + 1)
         return Shape.UNKNOWN
 
-    def _shape_of_module_call(self, callee: cst.BaseExpression) -> Shape:
+    def _shape_of_module_call(self, callee: cst.BaseExpression, at: cst.CSTNode) -> Shape:
         # Ex) criterion(out, y) with criterion = nn.L1Loss(reduction="none")  /  model(x), self.head(h)
         if isinstance(callee, cst.Name) and callee.value == "self":
             return Shape.UNKNOWN
         role = self.roles.role(callee)
         if role not in (Role.LOSS_FN, Role.MODEL):
             return Shape.UNKNOWN
-        return agree(self._shape_of_constructed(constructor, role) for constructor in self.roles.constructors(callee))
+        constructors = self._constructors(callee, at)
+        if not constructors:
+            return Shape.UNKNOWN
+        return agree(self._shape_of_constructed(constructor, role) for constructor in constructors)
 
-    def _shape_of_constructed(self, constructor: cst.Call, role: Role) -> Shape:
+    def _constructors(self, callee: cst.BaseExpression, at: cst.CSTNode) -> list[cst.Call | None]:
+        """What built the callee: its assignments that reach `at`, else any in the module (`self.fc`)."""
+        key = dotted_name(callee)
+        definitions = self.origins.definitions(key, at) if key else frozenset()
+        if definitions and all(definition.binding is Binding.ASSIGN for definition in definitions):
+            return [constructor_of(definition.value) for definition in definitions]
+        return list(self.roles.constructors(callee))
+
+    def _shape_of_constructed(self, constructor: cst.Call | None, role: Role) -> Shape:
+        if constructor is None:
+            return Shape.UNKNOWN
         if role is Role.LOSS_FN:
             if not (last_name(constructor.func) or "").endswith("Loss"):
                 return Shape.UNKNOWN
