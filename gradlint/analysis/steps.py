@@ -17,6 +17,7 @@ from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Roles
 
 MAX_INLINE_DEPTH = 4
+CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
 
 class Kind(Enum):
@@ -156,8 +157,10 @@ class EventIndex:
             return self._classify_backward(node, receiver)
         if name == "grad" and (self.imports.resolve(node.func) or "").endswith("autograd.grad"):
             return Kind.AUTOGRAD_GRAD, _first_arg(node), False, _is_true(_keyword(node, "retain_graph"))
-        if receiver is None and name not in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
-            return None
+        if receiver is None and name not in CLIP_FUNCTIONS:
+            # Ex) from torch.nn.utils import clip_grad_norm_ as clip_norm
+            imported = (self.imports.resolve(node.func) or "").rsplit(".", 1)[-1]
+            return (Kind.CLIP, None, False, False) if imported in CLIP_FUNCTIONS else None
         return self._classify_method(node, name, receiver)
 
     def _classify_backward(
@@ -177,7 +180,7 @@ class EventIndex:
     def _classify_method(
         self, call: cst.Call, name: str | None, receiver: cst.BaseExpression | None
     ) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
-        if name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
+        if name in CLIP_FUNCTIONS:
             return Kind.CLIP, receiver, False, False
         if receiver is None:
             return None
@@ -261,6 +264,15 @@ class EventIndex:
             )
             for event in self.scope_events(helper, depth + 1)
         ]
+
+    def call_toward(self, scope: Scope, node: cst.CSTNode) -> cst.CSTNode | None:
+        """`node` if it is written in `scope`, else the call in `scope` of the helper that runs it."""
+        if self.context(node).scope is scope:
+            return node
+        for item in self._scope_items.get(scope, []):
+            if isinstance(item, cst.Call) and any(event.node is node for event in self._events_at(item, 0)):
+                return item
+        return None
 
     def region_events(self, region: Loop | cst.FunctionDef) -> tuple[Event, ...]:
         """The events of a loop or function, helpers inlined."""

@@ -1,0 +1,127 @@
+"""GL007: gradient clipping before backward, after the optimizer step, or on scaled gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.analysis.names import last_name
+from gradlint.rule import Rule
+
+AFTER_STEP = "gradients are clipped after optimizer.step(), so the update already used the unclipped gradients"
+SCALED = (
+    "gradients are clipped while still multiplied by the GradScaler's scale, "
+    "so the threshold is meaningless; call scaler.unscale_(optimizer) first"
+)
+ORDER = (Kind.BACKWARD, Kind.STEP)
+
+
+class ClipOrder(Rule):
+    """Checks for gradient clipping in the wrong place within a training step.
+
+    Why is this bad?
+    `clip_grad_norm_` and `clip_grad_value_` rescale the `.grad` tensors that exist at
+    the moment they run. Before this step's `backward()` they clip stale or `None`
+    gradients (the fresh ones are added afterwards, unclipped); after
+    `optimizer.step()` the update has already been applied, so the clip does nothing
+    for it. Either way nothing errors: training just runs without the clipping you
+    asked for, and exploding gradients come back as `nan` losses.
+
+    With a `torch.amp.GradScaler`, `scaler.scale(loss).backward()` leaves gradients
+    multiplied by the scale (65536 at first). Clipping them to `max_norm=1.0` before
+    `scaler.unscale_(optimizer)` shrinks every update by that factor, so training
+    effectively stops. Call `scaler.unscale_(optimizer)` between `backward()` and the
+    clip; `scaler.step(optimizer)` then knows they are unscaled.
+
+    Clipping with the optimizer step inside the accumulation `if`, and Accelerate's
+    `accelerator.clip_grad_norm_` after `accelerator.backward(loss)`, are fine.
+
+    Known problems
+    A clip done in a helper of another module is not seen.
+
+    References
+    https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
+    https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html
+    """
+
+    code = "GL007"
+    name = "clip-order"
+    message = "gradients are clipped before this step's backward(), so the new gradients are not clipped"
+    requires = (b"clip_grad", b"backward", b"step")
+    example = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    """
+
+    def check_step(self, step: TrainingStep) -> None:
+        cyclic = not isinstance(step.node, cst.FunctionDef)
+        for clip in step.of_kind(Kind.CLIP):
+            if _measures_only(clip.node):
+                continue
+            index = step.events.index(clip)
+            before, after = step.events[:index], step.events[index + 1 :]
+            previous = _first(reversed(before), ORDER)
+            following = _first(after, ORDER) or (_first(before, ORDER) if cyclic else None)
+            if following is not None and following.kind is Kind.STEP:
+                self._check_unscaled(step, clip, before, after if cyclic else ())
+            elif previous is not None and previous.kind is Kind.STEP and not _cleared_since(before, previous):
+                self.report(self._where(clip, previous), AFTER_STEP)
+            elif following is not None and (previous is None or previous.kind is Kind.STEP):
+                self.report(self._where(clip, following))
+
+    def _where(self, clip: Event, neighbour: Event) -> cst.CSTNode:
+        """The clip call, or the call leading to it from the function where `neighbour` is written."""
+        scope = self.analysis.context(neighbour.node).scope
+        return self.analysis.events.call_toward(scope, clip.node) or clip.site
+
+    def _check_unscaled(
+        self, step: TrainingStep, clip: Event, before: tuple[Event, ...], wrapped: tuple[Event, ...]
+    ) -> None:
+        # Walk back from the clip (round the loop if needed) to the backward that made the gradients.
+        scaled_step = any(event.kind is Kind.SCALE for event in step.events)
+        for event in (*reversed(before), *reversed(wrapped)):
+            if event.kind is Kind.UNSCALE:
+                return
+            if event.kind is Kind.BACKWARD:
+                if event.via_scaler or scaled_step:
+                    self.report(self._where(clip, event), SCALED)
+                return
+
+
+def _first(events: Iterable[Event], kinds: tuple[Kind, ...]) -> Event | None:
+    return next((event for event in events if event.kind in kinds), None)
+
+
+def _cleared_since(before: tuple[Event, ...], anchor: Event) -> bool:
+    return any(event.kind is Kind.CLEAR for event in before[before.index(anchor) + 1 :])
+
+
+def _measures_only(call: cst.CSTNode) -> bool:
+    """`clip_grad_norm_(params, float("inf"))` only measures the norm, for logging."""
+    if not isinstance(call, cst.Call):
+        return False
+    limits = [arg.value for arg in call.args if arg.keyword is None][1:2]
+    limits += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "max_norm"]
+    return any(_is_infinite(limit) for limit in limits)
+
+
+def _is_infinite(node: cst.BaseExpression) -> bool:
+    # float("inf"), math.inf, torch.inf, np.inf
+    if isinstance(node, cst.Call) and last_name(node.func) == "float" and node.args:
+        text = node.args[0].value
+        return isinstance(text, cst.SimpleString) and "inf" in text.value.lower()
+    return last_name(node) == "inf"
