@@ -1,0 +1,109 @@
+"""GL013: `backward()` on a value computed while autograd was off."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Event, Kind
+from gradlint.analysis.collect import Scope
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.origins import OUTSIDE
+from gradlint.rule import Rule
+
+WRAPPED_STEP = "this training step runs inside torch.no_grad(), so the backward() in it raises 'does not require grad'"
+
+
+class BackwardUnderNoGrad(Rule):
+    """Checks for `backward()` on a loss computed inside `torch.no_grad()` or `inference_mode()`.
+
+    Why is this bad?
+    Under `torch.no_grad()` (a `with` block, a `@torch.no_grad()` decorator copied
+    from an `evaluate` function, `torch.inference_mode()`, `set_grad_enabled(False)`)
+    autograd records nothing, so the loss has no `grad_fn` and `backward()` raises
+    `RuntimeError: element 0 of tensors does not require grad and does not have a
+    grad_fn`. The same happens when only the forward pass ran under `no_grad` and the
+    loss was computed from its output afterwards, and when a caller wraps the whole
+    training step in `no_grad`. Compute the forward pass and the loss with grad
+    enabled; keep `no_grad` for evaluation and for targets that must not be trained
+    (teachers, target networks).
+
+    `backward()` written inside a `no_grad` block is fine when the loss was computed
+    outside it, and is not reported. Do not silence the error with
+    `loss.requires_grad_()`: the error goes away and nothing learns.
+
+    References
+    https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation
+    """
+
+    code = "GL013"
+    name = "backward-under-no-grad"
+    message = (
+        "backward() is called on a value computed with autograd off (no_grad/inference_mode), "
+        "so it raises 'element 0 of tensors does not require grad'"
+    )
+    requires = (b"backward",)
+    example = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.no_grad():
+                loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_module(self) -> None:
+        analysis = self.analysis
+        for event in analysis.own_events(Kind.BACKWARD):
+            if event.value is None or not isinstance(event.node, cst.Call):
+                continue
+            if analysis.no_grad_values.computed_without_grad(event.value, analysis.statement_of(event.node)):
+                self.report(event.node)
+        scopes: list[Scope] = [analysis.module, *analysis.collected.functions]
+        for scope in scopes:
+            for event in analysis.events.scope_events(scope):
+                self._check_wrapped_step(event)
+
+    def _check_wrapped_step(self, event: Event) -> None:
+        # Ex) with torch.no_grad(): train_step(batch)  -- the loss is computed inside the helper
+        analysis = self.analysis
+        site, backward = event.site, event.node
+        if event.kind is not Kind.BACKWARD or site is backward or event.value is None:
+            return
+        if not isinstance(backward, cst.Call):
+            return
+        if not analysis.context(site).no_grad or analysis.context(backward).no_grad:
+            return
+        if not self._reenables_grad(analysis.context(backward).scope) and self._computed_in_helper(
+            event.value, backward
+        ):
+            self.report(site, WRAPPED_STEP)
+
+    def _computed_in_helper(self, value: cst.BaseExpression, backward: cst.Call) -> bool:
+        """Whether the helper computes the loss itself rather than receiving it."""
+        analysis = self.analysis
+        if isinstance(value, cst.Call):
+            return True
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        key = dotted_name(value)
+        definitions = analysis.origins.definitions(key, analysis.statement_of(backward)) if key else frozenset()
+        return (
+            bool(definitions)
+            and OUTSIDE not in definitions
+            and all(isinstance(d.value, (cst.Call, cst.BinaryOperation)) for d in definitions)
+        )
+
+    def _reenables_grad(self, scope: Scope) -> bool:
+        """Whether the helper turns autograd back on itself (`with torch.enable_grad():`)."""
+        analysis = self.analysis
+        return any(
+            last_name(call.func) in ("enable_grad", "set_grad_enabled") and analysis.context(call).scope is scope
+            for call in analysis.collected.calls
+        )
