@@ -9,7 +9,7 @@ rules stay quiet.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -99,7 +99,7 @@ class GradValues:
             keys: set[str] = set()
             for event in self.events.scope_events(scope):
                 if event.kind is Kind.BACKWARD and event.node is event.site and event.value is not None:
-                    keys.update(names_in(event.value))
+                    keys.update(operand_names(event.value, self.roles.imports.aliases))
             self._backprop_keys[scope] = frozenset(keys)
         return self._backprop_keys[scope]
 
@@ -191,6 +191,28 @@ def names_in(node: cst.CSTNode) -> Iterator[str]:
         return
     for child in node.children:
         yield from names_in(child)
+
+
+def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
+    """Like `names_in`, without the functions called: only `x`, `y` in `F.cross_entropy(model(x), y)`.
+
+    `modules` are the names imports bind (`F`, `torch`), which are never operands.
+    """
+    if isinstance(node, cst.Call):
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        key = dotted_name(receiver) if receiver is not None else None
+        if receiver is not None and key is None:
+            yield from operand_names(receiver, modules)  # the receiver of out.view(-1).mean()
+        elif key is not None and key.split(".")[0] not in (*modules, "self"):
+            yield key  # loss.mean(), but not F.mse_loss(...) or self.criterion(...)
+        for arg in node.args:
+            yield from operand_names(arg, modules)
+        return
+    if isinstance(node, cst.BaseExpression) and dotted_name(node) is not None:
+        yield from names_in(node)
+        return
+    for child in node.children:
+        yield from operand_names(child, modules)
 
 
 class _Walker:

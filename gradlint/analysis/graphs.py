@@ -1,0 +1,225 @@
+"""The autograd graph behind a value: what it was computed from and what backward saved of it.
+
+The value a name holds at a statement is the one assignment that reaches it (see
+`origins`); where several may, nothing is assumed. A value requires grad when it carries
+a graph (see `values`) or is computed from a leaf that requires grad (see `leaves`).
+An operation saves a tensor for backward when its derivative needs it: `exp`,
+`sigmoid`, `tanh`, `relu`, `softmax` save their output; `log`, `pow`, `sin`, a layer
+call and a product with another tensor that requires grad save their input. Changing
+a saved tensor in place makes backward raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected
+from gradlint.analysis.leaves import Leaves, scope_statements
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.origins import Binding, Origins
+from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH, GradValues
+
+# Checked against torch 2.13: changing the result in place, then backward, raises.
+SAVES_OUTPUT = frozenset(
+    {
+        "exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_", "tanh", "tanh_", "relu", "relu_", "softmax",
+        "log_softmax", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "norm", "prod",
+    }
+)  # fmt: skip
+# Checked against torch 2.13: changing the argument in place, then backward, raises.
+SAVES_INPUT = frozenset(
+    {
+        "log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "pow",
+        "square", "abs", "clamp", "clip", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
+        "hardtanh", "hardsigmoid", "logsigmoid", "mish", "erf", "normalize", "layer_norm", "group_norm",
+        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min",
+    }
+)  # fmt: skip
+# Saves an argument only when another argument requires grad (the product rule).
+SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer", "dot"})
+VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
+MAX_DEPTH = 8
+
+
+class Graphs:
+    """Answers what a value was computed from, whether it requires grad, and whether it was saved."""
+
+    def __init__(
+        self, collected: Collected, roles: Roles, values: GradValues, leaves: Leaves, origins: Origins
+    ) -> None:
+        self.collected = collected
+        self.origins = origins
+        self.roles = roles
+        self.values = values
+        self.leaves = leaves
+        self.statements = scope_statements(collected)
+        self._depth = 0
+
+    def definition(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
+        """The one plain assignment of `key` that reaches statement `at`, if there is exactly one."""
+        definitions = self.origins.definitions(key, at)
+        if len(definitions) != 1:
+            return None
+        (definition,) = definitions
+        if definition.binding is not Binding.ASSIGN or not isinstance(definition.node, (cst.Assign, cst.AnnAssign)):
+            return None
+        return definition.node
+
+    def requires_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when `expression`, just before statement `at`, is a tensor that autograd tracks."""
+        if self.collected.contexts[at].no_grad or self._depth > MAX_DEPTH:
+            return False
+        if self.values.is_grad(expression, at):
+            return True
+        self._depth += 1
+        try:
+            return any(self._operand_requires_grad(operand, at) for operand in self.operands(expression))
+        finally:
+            self._depth -= 1
+
+    def _operand_requires_grad(self, operand: cst.Name | cst.Attribute, at: cst.CSTNode) -> bool:
+        if self.leaves.is_leaf(operand, at):
+            return True
+        key = dotted_name(operand)
+        definition = self.definition(key, at) if key is not None else None
+        return (
+            definition is not None and definition.value is not None and self.requires_grad(definition.value, definition)
+        )
+
+    def operands(self, expression: cst.CSTNode) -> Iterator[cst.Name | cst.Attribute]:
+        """The names and attributes whose values flow into `expression` (callees and detached parts excluded)."""
+        if isinstance(expression, (cst.Name, cst.Attribute)):
+            if isinstance(expression, cst.Attribute) and expression.attr.value in NON_GRAD_ATTRIBUTES:
+                return
+            if dotted_name(expression) is not None:
+                yield expression
+                return
+        if isinstance(expression, cst.Call):
+            yield from self._call_operands(expression)
+            return
+        if isinstance(expression, cst.Subscript):
+            yield from self.operands(expression.value)
+            return
+        if isinstance(expression, (cst.Comparison, cst.Lambda, cst.BaseString)):
+            return
+        for child in expression.children:
+            yield from self.operands(child)
+
+    def _call_operands(self, call: cst.Call) -> Iterator[cst.Name | cst.Attribute]:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+            return
+        qualified = self.roles.imports.resolve(func) or ""
+        if qualified.startswith("torch.") and last_name(func) in NON_GRAD_TORCH:
+            return
+        if isinstance(func, cst.Attribute) and not self._is_namespace(func.value):
+            yield from self.operands(func.value)  # the receiver of a method: out.mean()
+        for arg in call.args:
+            yield from self.operands(arg.value)
+
+    def _is_namespace(self, node: cst.BaseExpression) -> bool:
+        # torch.exp(x), F.relu(x), self.fc(x), model(x): the callee's owner is no operand
+        key = dotted_name(node)
+        if key is None:
+            return False
+        head = key.split(".")[0]
+        return head in self.roles.imports.aliases or head == "self" or self.roles.role(node) is Role.MODEL
+
+    def sources(self, expression: cst.BaseExpression, at: cst.CSTNode) -> dict[str, cst.CSTNode | None]:
+        """Every name `expression` is computed from, through earlier assignments, with its definition."""
+        found: dict[str, cst.CSTNode | None] = {}
+        pending = [(operand, at) for operand in self.operands(expression)]
+        while pending:
+            operand, where = pending.pop()
+            key = dotted_name(operand)
+            if key is None or key in found:
+                continue
+            definition = self.definition(key, where)
+            found[key] = definition
+            if definition is not None and definition.value is not None:
+                pending.extend((inner, definition) for inner in self.operands(definition.value))
+        return found
+
+    def saved_for_backward(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
+        key = dotted_name(target)
+        definition = self.definition(key, at) if key is not None else None
+        if key is None or definition is None or definition.value is None:
+            return False
+        if not self.requires_grad(definition.value, definition):
+            return False
+        if _saves_output(definition.value):
+            return True
+        start, end = self.collected.order[definition], self.collected.order[at]
+        if start > end:
+            return False  # assigned later in a loop body: the value came round from the last iteration
+        scope = self.collected.contexts[at].scope
+        between = [s for s in self.statements.get(scope, []) if start < self.collected.order[s] < end]
+        return any(self._saves(node, key, statement) for statement in between for node in _walk(statement))
+
+    def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BinaryOperation):
+            return self._product_saves(node, key, statement)
+        if not isinstance(node, cst.Call):
+            return False
+        name = last_name(node.func) or ""
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        arguments = [arg.value for arg in node.args]
+        if receiver is not None and _refers_to(receiver, key):
+            if name in SAVES_INPUT_IF_OTHER:
+                return any(self.requires_grad(argument, statement) for argument in arguments)
+            return name in SAVES_INPUT or (name in SAVES_OUTPUT and name.endswith("_"))
+        if not any(_refers_to(argument, key) for argument in arguments):
+            return False
+        if name in SAVES_INPUT or self.roles.role(node.func) is Role.MODEL:
+            return True
+        others = [argument for argument in arguments if not _refers_to(argument, key)]
+        return name in SAVES_INPUT_IF_OTHER and any(self.requires_grad(other, statement) for other in others)
+
+    def _product_saves(self, node: cst.BinaryOperation, key: str, statement: cst.CSTNode) -> bool:
+        # Ex) z = w * h saves h for w's gradient; h ** 2 and x / h save h whatever the other side is
+        left, right = _refers_to(node.left, key), _refers_to(node.right, key)
+        if not (left or right):
+            return False
+        operator = node.operator
+        if isinstance(operator, cst.Power) or (isinstance(operator, cst.Divide) and right):
+            return True
+        if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
+            return self.requires_grad(node.right if left else node.left, statement)
+        return False
+
+
+def _saves_output(value: cst.BaseExpression) -> bool:
+    while isinstance(value, (cst.Call, cst.Subscript)):
+        if isinstance(value, cst.Subscript):
+            value = value.value
+            continue
+        name = last_name(value.func) or ""
+        if name in SAVES_OUTPUT:
+            return not any(arg.keyword is not None and arg.keyword.value == "inplace" for arg in value.args)
+        if name not in VIEWS or not isinstance(value.func, cst.Attribute):
+            return False
+        value = value.func.value  # a view of a saved output shares its storage
+    return False
+
+
+def _refers_to(node: cst.BaseExpression, key: str) -> bool:
+    # The tensor itself or a view of it: h, h[0], h.view(-1), h.t()
+    while True:
+        if dotted_name(node) == key:
+            return True
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEWS:
+            node = node.func.value
+        else:
+            return False
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)

@@ -1,0 +1,62 @@
+"""GL003: a parameter updated by hand from its gradient while autograd is recording."""
+
+from __future__ import annotations
+
+from gradlint.rule import Rule
+
+REBINDING = (
+    "the parameter is rebound to a value computed with autograd on, so it is no longer a leaf "
+    "and its .grad stays None from now on"
+)
+
+
+class UpdateOutsideNoGrad(Rule):
+    """Checks for manual parameter updates from gradients outside `torch.no_grad()`.
+
+    Why is this bad?
+    A parameter (an `nn.Parameter`, an element of `model.parameters()`, a tensor made
+    with `requires_grad=True`) is a leaf of the autograd graph. Updating it in place
+    while autograd records (`p -= lr * p.grad`, `p.sub_(...)`, `p.add_(p.grad, alpha=-lr)`,
+    `p.copy_(...)`) raises `RuntimeError: a leaf Variable that requires grad is being
+    used in an in-place operation.` Rebinding it instead (`w = w - lr * w.grad`) runs,
+    but the new `w` is the output of a subtraction, not a leaf: the next `backward()`
+    leaves `w.grad` as `None`, and the following update fails or silently stops
+    training.
+
+    Wrap the update in `with torch.no_grad():` (or decorate the function with
+    `@torch.no_grad()`), as every `torch.optim` optimizer does in its `step`. Updates
+    inside `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`,
+    in functions only called from there, and through `p.data` are not reported.
+
+    Known problems
+    Parameters passed in from another module, and updates in a helper of another
+    module, are not seen.
+
+    References
+    https://pytorch.org/tutorials/beginner/pytorch_with_examples.html#pytorch-tensors-and-autograd
+    https://pytorch.org/docs/stable/generated/torch.no_grad.html
+    """
+
+    code = "GL003"
+    name = "update-outside-no-grad"
+    message = "a parameter is updated in place from its gradient outside torch.no_grad(), which raises at runtime"
+    requires = (b"grad",)
+    example = """
+        w = torch.randn(3, requires_grad=True)
+        loss = (w * 2).sum()
+        loss.backward()
+        w -= 0.1 * w.grad
+    """
+    use_instead = """
+        w = torch.randn(3, requires_grad=True)
+        loss = (w * 2).sum()
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+    """
+
+    def check_module(self) -> None:
+        analysis = self.analysis
+        for update in analysis.mutations.updates:
+            if not analysis.callers.without_grad(update.statement):
+                self.report(update.node, REBINDING if update.rebinding else None)
