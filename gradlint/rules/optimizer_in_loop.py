@@ -1,0 +1,117 @@
+"""GL014: an optimizer or GradScaler built anew on every training step."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Role, TrainingStep
+from gradlint.analysis.collect import Loop
+from gradlint.analysis.names import last_name
+from gradlint.analysis.values import names_in
+from gradlint.rule import Rule
+
+MAX_CALL_DEPTH = 3
+# Functions a framework calls once per batch; a step function with another name may run once.
+PER_BATCH_FUNCTION_WORDS = ("step", "batch", "iteration")
+
+
+class OptimizerInLoop(Rule):
+    """Checks for optimizers and GradScalers constructed inside the training loop.
+
+    Why is this bad?
+    An optimizer keeps state between steps: momentum buffers, Adam's running
+    moments and step count, a GradScaler's loss scale and growth tracker. Built inside
+    the loop that steps it, it starts from nothing on every step: Adam degenerates into
+    sign-SGD with its largest bias correction, momentum never builds up, the loss scale
+    never adapts, and learning-rate schedulers keep pointing at an optimizer that is
+    no longer used. Training is slow or unstable and nothing raises. Build it once,
+    before the loop.
+
+    An optimizer built once per fold, per trial of a hyperparameter search or per
+    epoch, in a loop around the step loop, is not reported, and neither is one built
+    under an `if` (a lazy or periodic rebuild) or over parameters created in the same
+    iteration (a fresh latent or adversarial perturbation optimized for one step).
+
+    References
+    https://pytorch.org/docs/stable/optim.html#constructing-it
+    """
+
+    code = "GL014"
+    name = "optimizer-in-loop"
+    message = (
+        "an optimizer or GradScaler is built inside the training loop, "
+        "so its state (momentum, Adam moments, loss scale) restarts every step"
+    )
+    requires = (b"step",)
+    example = """
+        for x, y in loader:
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_step(self, step: TrainingStep) -> None:
+        node = step.node
+        if not isinstance(node, cst.FunctionDef) or any(word in node.name.value for word in PER_BATCH_FUNCTION_WORDS):
+            self._check_region(node, 0)
+
+    def _check_region(self, region: Loop | cst.FunctionDef, depth: int) -> None:
+        """Report constructions that run unconditionally on every pass through the step `region`."""
+        analysis = self.analysis
+        base_ifs = len(analysis.context(region).ifs) if not isinstance(region, cst.FunctionDef) else 0
+        for call in self._calls_in(region):
+            context = analysis.context(call)
+            if len(context.ifs) > base_ifs:
+                continue  # a lazy or periodic rebuild: `if optimizer is None:`
+            if self._constructs_optimizer(call):
+                if not self._over_fresh_parameters(call, region):
+                    self.report(call)
+                continue
+            helper = analysis.events.resolve_helper(call)
+            if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
+                self.report(call)
+
+    def _runs_construction(self, function: cst.FunctionDef, depth: int) -> bool:
+        # Ex) a `make_optimizer(model)` or `self.setup()` helper called on every step
+        analysis = self.analysis
+        for call in self._calls_in(function):
+            if analysis.context(call).ifs:
+                continue
+            if self._constructs_optimizer(call):
+                return True
+            helper = analysis.events.resolve_helper(call)
+            if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
+                return True
+        return False
+
+    def _calls_in(self, region: Loop | cst.FunctionDef) -> list[cst.Call]:
+        contexts = self.analysis.collected.contexts
+        if isinstance(region, cst.FunctionDef):
+            return [call for call in self.analysis.collected.calls if contexts[call].scope is region]
+        return [call for call in self.analysis.collected.calls if region in contexts[call].loops]
+
+    def _constructs_optimizer(self, call: cst.Call) -> bool:
+        # A class instantiation (`Adam(...)`, `GradScaler()`), not `self.optimizers()` fetching one.
+        name = last_name(call.func) or ""
+        return name[:1].isupper() and self.analysis.roles.role_of_value(call) in (Role.OPTIMIZER, Role.SCALER)
+
+    def _over_fresh_parameters(self, call: cst.Call, step_node: Loop | cst.FunctionDef) -> bool:
+        """Whether the parameters it optimizes are themselves created anew in this iteration."""
+        if isinstance(step_node, cst.FunctionDef) or not call.args:
+            return False
+        for key in names_in(call.args[0].value):
+            parts = key.split(".")
+            prefixes = [".".join(parts[: index + 1]) for index in range(len(parts))]
+            if any(self.analysis.rebinds(step_node, prefix) for prefix in prefixes):
+                return True
+        return False
