@@ -1,0 +1,119 @@
+"""The traced process: `python -m gradlint.runtime.child CONFIG.json` runs the script under the tracer.
+
+It behaves like `python SCRIPT ARGS` (or `python -m MODULE ARGS`): `sys.argv`, `__main__`,
+the script's directory first on `sys.path`, the working directory unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import traceback
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from gradlint.runtime.events import EventWriter
+
+
+def main(config_path: str) -> None:
+    """Run the script described by the config file, then write the end of the event stream."""
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    _restore_environment(config)
+    events = EventWriter(config["events"])
+    try:
+        from gradlint.runtime.tracer import Hint, StopTrace, Tracer
+    except ImportError as error:  # torch missing or broken in the interpreter that runs the script
+        events.emit("end", reason="no-torch", detail=str(error))
+        os._exit(0)
+    hints = [Hint(h["code"], h["line"], h["end_line"]) for h in config["hints"]]
+    tracer = Tracer(config["script"], hints, config["steps"], events)
+    signal.signal(signal.SIGTERM, lambda signum, frame: _on_term(tracer))
+    reason, detail = "finished", ""
+    tracer.install()
+    try:
+        _run(config)
+    except StopTrace as stop:
+        reason = str(stop) or "steps"
+    except SystemExit as exit_:
+        reason, detail = "exit", str(exit_.code if exit_.code is not None else 0)
+    except BaseException as error:  # noqa: BLE001  (whatever the script raises ends up in the report)
+        reason = "exception"
+        _report_exception(tracer, events, error, config["script"])
+    finally:
+        tracer.uninstall()
+    tracer.finish()
+    events.emit("end", reason=reason, detail=detail, steps=tracer.steps, backwards=tracer.backwards)
+    events.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter shutdown: leftover non-daemon threads or DataLoader workers of the
+    # script must not keep it alive; the parent kills the process group afterwards.
+    os._exit(0)
+
+
+def _restore_environment(config: dict[str, object]) -> None:
+    """Undo what the parent changed to start this module, so the script sees its usual environment."""
+    python_path = config["pythonpath"]
+    if python_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = str(python_path)
+    injected = str(config["injected_path"])
+    if injected in sys.path:
+        sys.path.remove(injected)
+    first = str(Path(str(config["script"])).parent) if config["module"] is None else os.getcwd()
+    sys.path.insert(0, first)
+
+
+def _run(config: dict[str, object]) -> None:
+    args = [str(arg) for arg in config["args"]]  # type: ignore[attr-defined]  # a JSON list
+    if config["module"] is not None:
+        sys.argv = [str(config["script"]), *args]
+        runpy.run_module(str(config["module"]), run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [str(config["argv0"]), *args]
+        runpy.run_path(str(config["script"]), run_name="__main__")
+
+
+def _on_term(tracer: object) -> None:
+    from gradlint.runtime.tracer import Tracer
+
+    assert isinstance(tracer, Tracer)
+    tracer.request_stop("timeout")
+
+
+def _report_exception(tracer: object, events: EventWriter, error: BaseException, script: str) -> None:
+    from gradlint.runtime.tracer import Tracer
+
+    assert isinstance(tracer, Tracer)
+    path, line = _user_frame(error.__traceback__, script)
+    events.emit(
+        "exception",
+        type=type(error).__name__,
+        message=str(error).strip(),
+        path=path,
+        line=line,
+        traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)[-12:]),
+    )
+    if path == script:
+        tracer.report_exception(error, line)
+
+
+def _user_frame(tb: TracebackType | None, script: str) -> tuple[str, int]:
+    """The innermost traceback entry in the script (else the innermost of all)."""
+    found: tuple[str, int] = ("", 0)
+    innermost: tuple[str, int] = ("", 0)
+    while tb is not None:
+        frame: FrameType = tb.tb_frame
+        innermost = (frame.f_code.co_filename, tb.tb_lineno)
+        if frame.f_code.co_filename == script:
+            found = innermost
+        tb = tb.tb_next
+    return found if found[0] else innermost
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

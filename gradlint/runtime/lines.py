@@ -1,0 +1,109 @@
+"""Line events of the traced script: which finding lines ran, and which line changed a watched name."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+_MISSING = object()
+
+
+def lookup(frame: FrameType, name: str) -> object:
+    """The value of `name` (`x` or `self.x`) in `frame`, or a sentinel when unbound."""
+    owner, _, attribute = name.partition(".")
+    value = frame.f_locals.get(owner, _MISSING)
+    if attribute and value is not _MISSING:
+        value = getattr(value, attribute, _MISSING)
+    return value
+
+
+def _snapshot(value: object) -> tuple[object, ...]:
+    # The objects that change when the name is rebound, a tensor gets a new grad_fn, or a
+    # container gets a new item. They are compared by identity and held so ids stay valid.
+    grad_fn = getattr(value, "grad_fn", None)
+    if isinstance(value, list):
+        return (value, len(value), value[-1] if value else None)
+    if isinstance(value, dict):
+        return (value, len(value), *list(value.values())[:50])
+    return (value, grad_fn)
+
+
+def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
+    return len(old) == len(new) and all(a is b or (type(a) is int and a == b) for a, b in zip(old, new, strict=True))
+
+
+class Watch:
+    """A name in one frame whose next change is reported, with the line that made it."""
+
+    def __init__(self, frame: FrameType, name: str, on_change: Callable[[object, int], bool]) -> None:
+        self.frame = frame
+        self.name = name
+        self.on_change = on_change  # (new value, line) -> keep watching?
+        self.last_line = frame.f_lineno
+        self.snapshot = _snapshot(lookup(frame, name))
+
+    def changed(self) -> object:
+        """The new value when the name changed since the snapshot, else the sentinel."""
+        value = lookup(self.frame, self.name)
+        return _MISSING if _same(self.snapshot, _snapshot(value)) else value
+
+
+class LineTracker:
+    """A `sys.settrace` tracer restricted to the script's own file."""
+
+    def __init__(self, script: str, interesting: set[int]) -> None:
+        self.script = script
+        self.interesting = interesting
+        self.hits: dict[int, tuple[int, int]] = {}  # line -> (backward count, step count) when it last ran
+        self.stamp = (0, 0)
+        self.watches: list[Watch] = []
+
+    def install(self) -> None:
+        """Start tracing new frames."""
+        sys.settrace(self._global)
+
+    def uninstall(self) -> None:
+        """Stop tracing."""
+        sys.settrace(None)
+
+    def ran_since(self, line: int, end_line: int, backwards: int | None = None, steps: int | None = None) -> bool:
+        """Whether a line of `line..end_line` ran after the given backward or step count was reached."""
+        for number in range(line, end_line + 1):
+            hit = self.hits.get(number)
+            if hit and (backwards is None or hit[0] >= backwards) and (steps is None or hit[1] >= steps):
+                return True
+        return False
+
+    def watching(self, frame: FrameType, name: str) -> bool:
+        """Whether `name` in `frame` is watched already."""
+        return any(watch.frame is frame and watch.name == name for watch in self.watches)
+
+    def _global(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
+        return self._local if frame.f_code.co_filename == self.script else None
+
+    def _local(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
+        if event == "line":
+            line = frame.f_lineno
+            if line in self.interesting:
+                self.hits[line] = self.stamp
+            if self.watches:
+                self._check(frame, line)
+        elif event == "return" and self.watches:
+            self._check(frame, None)
+        return self._local
+
+    def _check(self, frame: FrameType, line: int | None) -> None:
+        for watch in [watch for watch in self.watches if watch.frame is frame]:
+            value = watch.changed()
+            if value is not _MISSING:
+                keep = watch.on_change(value, watch.last_line)
+                watch.snapshot = _snapshot(value)
+                if not keep:
+                    self.watches.remove(watch)
+                    continue
+            if line is None:
+                self.watches.remove(watch)  # the frame returns; its names are gone
+            else:
+                watch.last_line = line

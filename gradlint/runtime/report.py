@@ -1,0 +1,150 @@
+"""Static findings joined with what the traced run observed: statuses, evidence, output, exit code."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
+from gradlint.formats.json import as_dict
+from gradlint.rule import Diagnostic, all_rules
+from gradlint.runtime.runner import TraceRun
+
+CONFIRMED = "confirmed"
+NOT_REPRODUCED = "not-reproduced"
+NOT_REACHED = "not-reached"
+RUNTIME_ONLY = "runtime-only"
+NOT_TRACED = "not-traced"  # GL000/GL999: about gradlint reading the file, nothing to observe
+
+_REASONS = {
+    "steps": "stopped after the requested number of optimizer steps",
+    "finished": "the script finished",
+    "exit": "the script called sys.exit",
+    "exception": "the script raised an exception",
+    "timeout": "stopped at the timeout",
+    "crashed": "the traced process died without a report",
+    "no-torch": "torch could not be imported in the traced process",
+}
+
+
+@dataclass(frozen=True)
+class TracedFinding:
+    """A finding with its runtime status and what the tracer saw."""
+
+    diagnostic: Diagnostic
+    status: str
+    evidence: str | None
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """The outcome of one `gradlint trace`."""
+
+    path: str
+    findings: list[TracedFinding]
+    run: TraceRun
+
+    @property
+    def exception(self) -> dict[str, object] | None:
+        """The exception that ended the script, if any."""
+        exceptions = self.run.of_kind("exception")
+        return exceptions[-1] if exceptions else None
+
+    def exit_code(self) -> int:
+        """2 when the trace itself failed, 1 when something was confirmed, found or raised, else 0."""
+        if self.run.reason in ("crashed", "no-torch"):
+            return 2
+        found = any(f.status in (CONFIRMED, RUNTIME_ONLY) for f in self.findings)
+        return 1 if found or self.exception is not None else 0
+
+    def summary(self) -> str:
+        """One paragraph on how the run went and what it found."""
+        counts = {status: sum(f.status == status for f in self.findings) for status in _STATUSES}
+        end = self.run.of_kind("end")
+        steps = end[-1].get("steps", 0) if end else len(self.run.of_kind("step"))
+        lines = [
+            f"Traced {self.path}: {steps} optimizer step(s) in {self.run.seconds:.1f} s; "
+            f"{_REASONS.get(self.run.reason, self.run.reason)}{': ' + self.run.detail if self.run.detail else ''}.",
+            ", ".join(f"{counts[s]} {s.replace('-', ' ')}" for s in _STATUSES) + ".",
+        ]
+        if self.exception is not None:
+            where = f"{self._display(str(self.exception['path']))}:{self.exception['line']}"
+            lines.append(f"The script raised {self.exception['type']} at {where}: {self.exception['message']}")
+        return "\n".join(lines)
+
+    def _display(self, path: str) -> str:
+        return self.path if path == str(Path(self.path).resolve()) else path
+
+    def as_json(self) -> str:
+        """The report as the documented JSON object."""
+        findings = [{**as_dict(f.diagnostic), "status": f.status, "evidence": f.evidence} for f in self.findings]
+        end = self.run.of_kind("end")
+        run = {
+            "reason": self.run.reason,
+            "detail": self.run.detail,
+            "steps": end[-1].get("steps", 0) if end else len(self.run.of_kind("step")),
+            "seconds": round(self.run.seconds, 3),
+            "exception": None if self.exception is None else {k: v for k, v in self.exception.items() if k != "kind"},
+        }
+        return json.dumps({"findings": findings, "run": run}, indent=2) + "\n"
+
+    def as_text(self) -> str:
+        """One line per finding: `path:line:col: CODE message [STATUS] evidence`."""
+        lines = []
+        for finding in self.findings:
+            d = finding.diagnostic
+            evidence = f": {finding.evidence}" if finding.evidence else ""
+            lines.append(f"{d.path}:{d.line}:{d.column}: {d.code} {d.message} [{finding.status.upper()}{evidence}]\n")
+        return "".join(lines)
+
+
+_STATUSES = (CONFIRMED, NOT_REPRODUCED, NOT_REACHED, RUNTIME_ONLY)
+
+
+def build_report(path: str, static: list[Diagnostic], run: TraceRun) -> TraceReport:
+    """Give each static finding its status and add what only the run found."""
+    script = str(Path(path).resolve())
+    observed = [event for event in run.of_kind("finding")]
+    reached = {int(line) for event in run.of_kind("coverage") for line in event["lines"]}  # type: ignore[attr-defined]
+    used: set[int] = set()
+    findings = []
+    for diagnostic in sorted(static):
+        if diagnostic.code in (PARSE_ERROR[0], INTERNAL_ERROR[0]) or run.reason in ("crashed", "no-torch"):
+            findings.append(TracedFinding(diagnostic, NOT_TRACED, None))
+            continue
+        span = range(diagnostic.line, max(diagnostic.line, diagnostic.end_line) + 1)
+        matches = [
+            index
+            for index, event in enumerate(observed)
+            if event["code"] == diagnostic.code and event["path"] == script and event["line"] in span
+        ]
+        used.update(matches)
+        if matches:
+            evidence = "; ".join(str(observed[index]["message"]) for index in matches)
+            findings.append(TracedFinding(diagnostic, CONFIRMED, evidence))
+        else:
+            status = NOT_REPRODUCED if reached.intersection(span) else NOT_REACHED
+            findings.append(TracedFinding(diagnostic, status, None))
+    for index, event in enumerate(observed):
+        if index not in used:
+            findings.append(_runtime_only(event, path if event["path"] == script else str(event["path"])))
+    return TraceReport(path, sorted(findings, key=lambda f: f.diagnostic), run)
+
+
+def _runtime_only(event: dict[str, object], path: str) -> TracedFinding:
+    code = str(event["code"])
+    rule = all_rules().get(code)
+    line = int(event["line"])  # type: ignore[call-overload]  # an int in the event stream
+    evidence = str(event["message"])
+    diagnostic = Diagnostic(
+        path,
+        line,
+        1,
+        code,
+        end_line=line,
+        end_column=1,
+        name=rule.name if rule else "runtime",
+        message=rule.message if rule else evidence,
+    )
+    return TracedFinding(diagnostic, RUNTIME_ONLY, evidence)

@@ -1,0 +1,631 @@
+"""Instrumentation inside the traced process: PyTorch's gradient API, hooked and observed.
+
+Every hook looks only at what PyTorch already holds (gradients, their version
+counters, autograd graphs, the script's own variables) and reports what it saw as a
+finding on the script's line. `install()` patches, `uninstall()` restores everything.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import linecache
+import os
+import sys
+import sysconfig
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.nn.utils.clip_grad
+from torch.amp.grad_scaler import GradScaler
+from torch.autograd.graph import Node
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from gradlint.runtime.errors import candidate_codes, default_code
+from gradlint.runtime.events import EventWriter
+from gradlint.runtime.graph import grad_tensors, is_accumulate, nodes
+from gradlint.runtime.lines import LineTracker, Watch, lookup
+
+_LIBRARY_DIRS = tuple(
+    str(Path(path).resolve())
+    for path in (Path(torch.__file__).parent, Path(__file__).parent.parent, sysconfig.get_paths()["stdlib"])
+)
+_ROOTS_KEPT = 16  # backpropagated roots remembered, to see which later variables still reach them
+
+
+class StopTrace(BaseException):  # noqa: N818  (a control-flow signal like SystemExit, not an error)
+    """Raised from a hook to end the script once it ran enough steps or ran out of time."""
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A static finding of the script: its code and lines."""
+
+    code: str
+    line: int
+    end_line: int
+
+
+@dataclass
+class _Retained:
+    line: int
+    kept: list[Node]  # held so that the ids below stay valid
+    ids: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _ScalerState:
+    scaled: bool = False
+    unscaled: set[int] = field(default_factory=set)
+
+
+class Tracer:
+    """Hooks on PyTorch's gradient API that turn what happens into findings on the script's lines."""
+
+    def __init__(self, script: str, hints: list[Hint], max_steps: int, events: EventWriter) -> None:
+        self.script = script
+        self.hints = hints
+        self.max_steps = max_steps
+        self.events = events
+        self.lines = LineTracker(script, {n for h in hints for n in range(h.line, h.end_line + 1)})
+        self.pid = os.getpid()
+        self.steps = 0
+        self.backwards = 0
+        self.stop_reason: str | None = None
+        self._depth = 0
+        self._undo: list[Callable[[], None]] = []
+        self._reported: set[tuple[str, int]] = set()
+        self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
+        self._built_at: dict[int, weakref.ref[torch.optim.Optimizer]] = {}
+        self._opt_steps: dict[int, int] = {}
+        self._opt_backwards: dict[int, int] = {}
+        self._stepped: dict[int, tuple[weakref.ref[torch.Tensor], int, int]] = {}  # param -> grad, version, line
+        self._contributed: dict[int, int] = {}  # param -> backward line since the last step
+        self._discarded: dict[int, tuple[int, int]] = {}  # param -> (clear line, backward line)
+        self._roots: deque[tuple[Node, int, int]] = deque(maxlen=_ROOTS_KEPT)  # node, step, line
+        self._retained: dict[int, _Retained] = {}
+        self._scalers: weakref.WeakKeyDictionary[GradScaler, _ScalerState] = weakref.WeakKeyDictionary()
+        self._leaks: dict[tuple[int, str], tuple[int, str]] = {}  # watched (frame, name) -> (line, evidence)
+        self._leaks_found: set[tuple[int, str]] = set()
+        self._names: dict[int, str] = {}
+        self._norms: dict[str, float | None] = {}
+        self._last_backward_line = 0
+
+    # -- installing -----------------------------------------------------------------
+
+    def install(self) -> None:
+        """Patch PyTorch and start line tracing."""
+        self._patch(torch.Tensor, "backward", self._tensor_backward)
+        self._patch(torch.autograd, "backward", self._autograd_backward)
+        self._patch(torch.autograd, "grad", self._autograd_grad)
+        self._patch(torch.Tensor, "retain_grad", self._retain_grad)
+        self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init)
+        self._patch(torch.optim.Optimizer, "zero_grad", self._optimizer_zero_grad)
+        self._patch(torch.nn.Module, "zero_grad", self._module_zero_grad)
+        for name in ("scale", "unscale_", "update"):
+            self._patch(GradScaler, name, getattr(self, f"_scaler_{name.strip('_')}"))
+        for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+            for name in ("clip_grad_norm_", "clip_grad_value_"):
+                self._patch(module, name, self._clip)
+        pre = register_optimizer_step_pre_hook(self._before_step)
+        post = register_optimizer_step_post_hook(self._after_step)
+        self._undo += [pre.remove, post.remove]
+        self.lines.install()
+
+    def uninstall(self) -> None:
+        """Stop tracing and restore everything patched, in reverse order."""
+        self.lines.uninstall()
+        while self._undo:
+            self._undo.pop()()
+
+    def _patch(self, owner: Any, name: str, hook: Callable[..., Any]) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self._depth or os.getpid() != self.pid:
+                return original(*args, **kwargs)  # nested inside another hook, or a forked worker
+            return hook(original, *args, **kwargs)
+
+        setattr(owner, name, wrapper)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the script at the next hook (a signal handler calls this at the timeout)."""
+        self.stop_reason = reason
+        raise StopTrace(reason)
+
+    def _check_stop(self) -> None:
+        if self.stop_reason:
+            raise StopTrace(self.stop_reason)
+
+    # -- where ------------------------------------------------------------------------
+
+    def _frames(self) -> Iterator[FrameType]:
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.script:
+                yield frame
+            frame = frame.f_back
+
+    def _where(self) -> tuple[str, int]:
+        """The script's innermost line on the stack, else the innermost frame of user code."""
+        frame = next(self._frames(), None)
+        if frame is not None:
+            return self.script, frame.f_lineno
+        outer: FrameType | None = sys._getframe(1)
+        while outer is not None:
+            path = str(Path(outer.f_code.co_filename).resolve())
+            if not path.startswith(_LIBRARY_DIRS) and not path.startswith("<"):
+                return outer.f_code.co_filename, outer.f_lineno
+            outer = outer.f_back
+        return self.script, 0
+
+    def _line(self) -> int:
+        path, line = self._where()
+        return line if path == self.script else 0
+
+    def report(self, code: str, line: int, message: str, path: str | None = None) -> None:
+        """Emit a finding once per code and line."""
+        if (code, line) in self._reported:
+            return
+        self._reported.add((code, line))
+        self.events.emit("finding", code=code, line=line, path=path or self.script, message=message)
+
+    # -- backward -----------------------------------------------------------------------
+
+    def _tensor_backward(self, original: Callable[..., Any], tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(original).bind(tensor, *args, **kwargs).arguments
+        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        return self._gradient_call([tensor], bool(retain), True, lambda: original(tensor, *args, **kwargs))
+
+    def _autograd_backward(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(original).bind(*args, **kwargs).arguments
+        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        roots = _tensors(bound.get("tensors"))
+        return self._gradient_call(roots, bool(retain), True, lambda: original(*args, **kwargs))
+
+    def _autograd_grad(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(original).bind(*args, **kwargs).arguments
+        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        roots = _tensors(bound.get("outputs"))
+        return self._gradient_call(roots, bool(retain), False, lambda: original(*args, **kwargs))
+
+    def _gradient_call(self, roots: list[torch.Tensor], retain: bool, accumulates: bool, call: Callable[[], Any]) -> Any:
+        self._check_stop()
+        path, line = self._where()
+        grad_enabled = torch.is_grad_enabled()
+        self._depth += 1
+        try:
+            before = self._before_backward(roots, line, accumulates)
+            try:
+                result = call()
+            except RuntimeError as error:
+                self._report_error(error, line, path, grad_enabled)
+                raise
+            self._after_backward(roots, retain, line, before, accumulates)
+            return result
+        finally:
+            self._depth -= 1
+
+    def _before_backward(self, roots: list[torch.Tensor], line: int, accumulates: bool) -> dict[int, Any]:
+        self._use_retained(roots, line)
+        if not accumulates:
+            return {}
+        self._scan_variables()
+        for root in roots:
+            if root.grad_fn is None and root.requires_grad:
+                self._confirm_or_report(
+                    "GL006", line, "backward ran on a tensor without autograd history: no parameter gets a gradient"
+                )
+        return {id(p): (p.grad, _version(p.grad)) for p in self._params()}
+
+    def _after_backward(
+        self, roots: list[torch.Tensor], retain: bool, line: int, before: dict[int, Any], accumulates: bool
+    ) -> None:
+        if accumulates:
+            self._update_ledger(before, line)
+            for root in roots:
+                if root.grad_fn is not None:
+                    self._roots.append((root.grad_fn, self.steps, line))
+            self._watch_leaves()
+            self._last_backward_line = line
+            self.backwards += 1
+            self.lines.stamp = (self.backwards, self.steps)
+        if retain:
+            self._retain(roots, line)
+
+    def _update_ledger(self, before: dict[int, Any], line: int) -> None:
+        """GL002: gradients a step already used got more added onto them, uncleared."""
+        stale = 0
+        for param in self._params():
+            old_grad, old_version = before.get(id(param), (None, -1))
+            if param.grad is None or (param.grad is old_grad and _version(param.grad) == old_version):
+                continue
+            self._contributed[id(param)] = line
+            if old_grad is not None and self._is_stale(id(param), old_grad, old_version):
+                stale += 1
+        if stale:
+            step_line = next(iter(self._stepped.values()))[2]
+            self.report(
+                "GL002",
+                line,
+                f"backward added onto the gradients of {stale} parameter(s) that optimizer.step() "
+                f"(line {step_line}) had already applied; nothing cleared them in between",
+            )
+
+    def _is_stale(self, param: int, grad: torch.Tensor | None, version: int) -> bool:
+        stepped = self._stepped.get(param)
+        return stepped is not None and grad is not None and stepped[0]() is grad and stepped[1] == version
+
+    # -- retained graphs (GL005) and errors -----------------------------------------
+
+    def _retain(self, roots: list[torch.Tensor], line: int) -> None:
+        earlier = self._retained.pop(line, None)
+        if earlier is not None:
+            self.report(
+                "GL005",
+                line,
+                f"the graph retained here (retain_graph=True) in the previous pass was never used by "
+                f"another backward before line {line} retained a new one",
+            )
+        kept = [node for root in roots for node in nodes(root.grad_fn) if not is_accumulate(node)]
+        self._retained[line] = _Retained(line, kept, {id(node) for node in kept})
+
+    def _use_retained(self, roots: list[torch.Tensor], line: int) -> None:
+        if not self._retained:
+            return
+        for node in (node for root in roots for node in nodes(root.grad_fn)):
+            for retained in [r for r in self._retained.values() if id(node) in r.ids]:
+                del self._retained[retained.line]
+                if retained.line == line:
+                    self.report(
+                        "GL005",
+                        line,
+                        "this backward runs back through the graph it retained in an earlier pass: "
+                        "a state carried across steps was never detached",
+                    )
+            if not self._retained:
+                return
+
+    def _report_error(self, error: BaseException, line: int, path: str, grad_enabled: bool) -> None:
+        """Map a gradient-related exception to its rule: a static finding on the line, one that ran, or a default."""
+        codes = candidate_codes(str(error))
+        if not codes or getattr(error, "_gradlint_reported", False):
+            return
+        error._gradlint_reported = True  # type: ignore[attr-defined]  # the top-level handler skips it
+        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        if path != self.script:
+            self.report(codes[0], line, f"raised {text}", path)
+            return
+        on_line = [h for h in self.hints if h.code in codes and h.line <= line <= h.end_line]
+        ran = [h for h in self.hints if h.code in codes and self.lines.ran_since(h.line, h.end_line, self.backwards)]
+        for hint in on_line or ran:
+            self.report(hint.code, hint.line, f"line {line} raised {text}")
+        if not on_line and not ran:
+            self.report(default_code(codes, linecache.getline(self.script, line), grad_enabled), line, f"raised {text}")
+
+    def report_exception(self, error: BaseException, line: int) -> None:
+        """Map an exception that ended the script to its rule, if it is gradient-related."""
+        self._report_error(error, line, self.script, torch.is_grad_enabled())
+
+    def _confirm_or_report(self, code: str, line: int, message: str, *, since_step: bool = False) -> None:
+        """Report on the static findings of `code` that ran in this backward (or step), else on `line`."""
+        counts = {"steps": self.steps} if since_step else {"backwards": self.backwards}
+        ran = [h for h in self.hints if h.code == code and self.lines.ran_since(h.line, h.end_line, **counts)]
+        for hint in ran:
+            self.report(code, hint.line, message)
+        if not ran:
+            self.report(code, line, message)
+
+    # -- variables of the script (GL001, GL003) --------------------------------------
+
+    def _variables(self, frame: FrameType) -> Iterator[tuple[str, object]]:
+        for name, value in list(frame.f_locals.items()):
+            if name.startswith("__"):
+                continue
+            yield name, value
+            if name == "self" and not isinstance(value, torch.nn.Module):
+                for attribute, item in list(getattr(value, "__dict__", {}).items()):
+                    yield f"self.{attribute}", item
+
+    def _scan_variables(self) -> int:
+        """GL001: watch variables that hold graphs of losses from two or more steps; return nodes held."""
+        roots = {id(node): step for node, step, _ in self._roots}
+        held: set[int] = set()
+        for frame in self._frames():
+            for name, value in self._variables(frame):
+                steps = set()
+                for tensor in grad_tensors(value):
+                    for node in nodes(tensor.grad_fn):
+                        held.add(id(node))
+                        if id(node) in roots:
+                            steps.add(roots[id(node)])
+                if len(steps) >= 2:
+                    self._watch_leak(frame, name, len(steps))
+        return len(held)
+
+    def _watch_leak(self, frame: FrameType, name: str, count: int) -> None:
+        key = (id(frame), name)
+        if key in self._leaks or key in self._leaks_found or self.lines.watching(frame, name):
+            return
+        evidence = f"`{name}` still holds the autograd graphs of losses backpropagated in {count} earlier steps"
+        self._leaks[key] = (frame.f_lineno, evidence)
+
+        def changed(value: object, line: int) -> bool:
+            if grad_tensors(value):
+                self._leaks.pop(key, None)
+                self._leaks_found.add(key)
+                self.report("GL001", line, f"{evidence}; this line adds the next one")
+            return False
+
+        self.lines.watches.append(Watch(frame, name, changed))
+
+    def _watch_leaves(self) -> None:
+        """GL003: watch names bound to leaves that received gradients, to see one rebound to a non-leaf."""
+        for frame in self._frames():
+            for name, value in self._variables(frame):
+                if not (isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad):
+                    continue
+                if value.grad is None or self.lines.watching(frame, name):
+                    continue
+                self.lines.watches.append(Watch(frame, name, functools.partial(self._leaf_rebound, name)))
+
+    def _leaf_rebound(self, name: str, value: object, line: int) -> bool:
+        if isinstance(value, torch.Tensor) and value.requires_grad and not value.is_leaf:
+            self.report(
+                "GL003",
+                line,
+                f"`{name}` was a leaf that received gradients; this line rebinds it to the output of "
+                f"{type(value.grad_fn).__name__}, a non-leaf whose .grad stays None",
+            )
+            return False
+        return isinstance(value, torch.Tensor) and value.is_leaf
+
+    # -- optimizers ---------------------------------------------------------------------
+
+    def _live_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [opt for ref in self._optimizers if (opt := ref()) is not None]
+
+    def _params(self, optimizer: torch.optim.Optimizer | None = None) -> list[torch.Tensor]:
+        optimizers = [optimizer] if optimizer is not None else self._live_optimizers()
+        seen: dict[int, torch.Tensor] = {}
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for param in group["params"]:
+                    seen.setdefault(id(param), param)
+        return list(seen.values())
+
+    def _optimizer_init(self, original: Callable[..., Any], optimizer: torch.optim.Optimizer, *a: Any, **k: Any) -> Any:
+        self._depth += 1
+        try:
+            result = original(optimizer, *a, **k)
+        finally:
+            self._depth -= 1
+        self._optimizers.append(weakref.ref(optimizer))
+        line = self._line()
+        previous = self._built_at.get(line)
+        earlier = previous() if previous is not None else None
+        if earlier is not None and self._opt_steps.get(id(earlier)) == 1 and _shares(earlier, optimizer):
+            self.report(
+                "GL014",
+                line,
+                f"a new {type(optimizer).__name__} is built here after its predecessor made a single step: "
+                "its state (momentum, moments, step count) restarts every step",
+            )
+        if line:
+            self._built_at[line] = weakref.ref(optimizer)
+        return result
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._depth or os.getpid() != self.pid:
+            return
+        self._check_stop()
+        line = self._line()
+        params = self._params(optimizer)
+        grads = [(id(p), p.grad) for p in params if p.grad is not None]
+        if grads and all(self._is_stale(pid, grad, _version(grad)) for pid, grad in grads):
+            step_line = self._stepped[grads[0][0]][2]
+            self.report(
+                "GL011", line, f"optimizer.step() runs again on the gradients the step at line {step_line} already applied"
+            )
+        cleared = self._check_discarded(params, line)
+        self._check_dead(optimizer, params, cleared)
+
+    def _check_discarded(self, params: list[torch.Tensor], line: int) -> bool:
+        """GL002: a clear between backward and step, or one that throws away accumulated micro-batches."""
+        for param in params:
+            discarded = self._discarded.get(id(param))
+            if discarded is None:
+                continue
+            clear_line, backward_line = discarded
+            if id(param) not in self._contributed:
+                self.report(
+                    "GL002",
+                    clear_line,
+                    f"this clear runs after backward (line {backward_line}) and before the step (line {line}): "
+                    "the step applies no gradient",
+                )
+                return True
+            if self._contributed[id(param)] == backward_line:
+                self.report(
+                    "GL002",
+                    clear_line,
+                    f"this clear throws away the gradients backward (line {backward_line}) accumulated "
+                    f"before the step at line {line} used them",
+                )
+        return False
+
+    def _check_dead(self, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], cleared: bool) -> None:
+        """GL006: every parameter of the optimizer got a None or all-zero gradient from this step's backward."""
+        trainable = [p for p in params if p.requires_grad]
+        norms = _norms(trainable)
+        names = self._param_names(trainable)
+        self._norms.update({name: norm for name, norm in zip(names, norms, strict=True)})
+        if cleared or not trainable or self.backwards <= self._opt_backwards.get(id(optimizer), 0):
+            return
+        dead = [name for name, norm in zip(names, norms, strict=True) if not norm]
+        evidence = f"after backward (line {self._last_backward_line}), "
+        if len(dead) == len(trainable):
+            message = f"{evidence}none of the {len(dead)} parameters the optimizer holds has a non-zero gradient"
+            self._confirm_or_report("GL006", self._last_backward_line, message, since_step=True)
+        elif dead:
+            for hint in self.hints:
+                if hint.code == "GL006" and self.lines.ran_since(hint.line, hint.end_line, steps=self.steps):
+                    shown = ", ".join(dead[:3]) + (", ..." if len(dead) > 3 else "")
+                    self.report("GL006", hint.line, f"{evidence}{len(dead)} parameter(s) got no gradient: {shown}")
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._depth or os.getpid() != self.pid:
+            return
+        line = self._line()
+        for param in self._params(optimizer):
+            self._contributed.pop(id(param), None)
+            self._discarded.pop(id(param), None)
+            if param.grad is not None:
+                self._stepped[id(param)] = (weakref.ref(param.grad), _version(param.grad), line)
+        self._opt_steps[id(optimizer)] = self._opt_steps.get(id(optimizer), 0) + 1
+        self._opt_backwards[id(optimizer)] = self.backwards
+        self.steps += 1
+        self.lines.stamp = (self.backwards, self.steps)
+        self.events.emit("step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms)
+        self._norms = {}
+        self.events.emit("coverage", lines=sorted(self.lines.hits))
+        if self.steps >= self.max_steps and (not self._leaks or self.steps > self.max_steps):
+            self.request_stop("steps")
+
+    def _param_names(self, params: list[torch.Tensor]) -> list[str]:
+        if any(id(p) not in self._names for p in params):
+            for frame in self._frames():
+                for name, value in self._variables(frame):
+                    if isinstance(value, torch.nn.Module):
+                        for sub, param in value.named_parameters(prefix=name):
+                            self._names.setdefault(id(param), sub)
+        return [self._names.get(id(p), f"param {tuple(p.shape)} #{index}") for index, p in enumerate(params)]
+
+    # -- clearing, clipping, scaling ------------------------------------------------------
+
+    def _optimizer_zero_grad(self, original: Callable[..., Any], optimizer: torch.optim.Optimizer, *a: Any, **k: Any) -> Any:
+        self._clear(self._params(optimizer))
+        return original(optimizer, *a, **k)
+
+    def _module_zero_grad(self, original: Callable[..., Any], module: torch.nn.Module, *a: Any, **k: Any) -> Any:
+        self._clear(list(module.parameters()))
+        return original(module, *a, **k)
+
+    def _clear(self, params: list[torch.Tensor]) -> None:
+        line = self._line()
+        for param in params:
+            backward_line = self._contributed.pop(id(param), None)
+            if backward_line is not None:
+                self._discarded[id(param)] = (line, backward_line)
+
+    def _clip(self, original: Callable[..., Any], parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        """GL007: clipping None or already-applied gradients, or gradients still scaled by a GradScaler."""
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        line = self._line()
+        grads = [(id(p), p.grad) for p in params if p.grad is not None]
+        if params and not grads:
+            self.report("GL007", line, "clipping found no gradients (all None): it runs before this step's backward")
+        elif grads and all(self._is_stale(pid, grad, _version(grad)) for pid, grad in grads):
+            step_line = self._stepped[grads[0][0]][2]
+            self.report(
+                "GL007",
+                line,
+                f"clipping gradients that optimizer.step() (line {step_line}) already applied: it changes no update",
+            )
+        self._check_scaled(params, line)
+        return original(params, *args, **kwargs)
+
+    def _check_scaled(self, params: list[torch.Tensor], line: int) -> None:
+        ids = {id(p) for p in params}
+        owners = [opt for opt in self._live_optimizers() if any(id(p) in ids for p in self._params(opt))]
+        for scaler, state in list(self._scalers.items()):
+            if state.scaled and any(id(opt) not in state.unscaled for opt in owners):
+                self.report(
+                    "GL007",
+                    line,
+                    f"clipping gradients still multiplied by the GradScaler's scale ({scaler.get_scale():g}): "
+                    "unscale_(optimizer) was not called first",
+                )
+
+    def _scaler_scale(self, original: Callable[..., Any], scaler: GradScaler, *a: Any, **k: Any) -> Any:
+        if scaler.is_enabled():
+            self._scalers.setdefault(scaler, _ScalerState()).scaled = True
+        return original(scaler, *a, **k)
+
+    def _scaler_unscale(self, original: Callable[..., Any], scaler: GradScaler, optimizer: Any, *a: Any) -> Any:
+        self._scalers.setdefault(scaler, _ScalerState()).unscaled.add(id(optimizer))
+        return original(scaler, optimizer, *a)
+
+    def _scaler_update(self, original: Callable[..., Any], scaler: GradScaler, *a: Any, **k: Any) -> Any:
+        self._scalers[scaler] = _ScalerState()
+        return original(scaler, *a, **k)
+
+    # -- late retain_grad (GL015) ------------------------------------------------------
+
+    def _retain_grad(self, original: Callable[..., Any], tensor: torch.Tensor) -> Any:
+        target = tensor.grad_fn
+        if target is not None:
+            for root, step, backward_line in self._roots:
+                if step == self.steps and any(node is target for node in nodes(root)):
+                    self.report(
+                        "GL015",
+                        self._line(),
+                        f"retain_grad() after the backward at line {backward_line} already ran through this "
+                        "tensor: its .grad stays None",
+                    )
+                    break
+        return original(tensor)
+
+    def finish(self) -> None:
+        """Report what is still pending when the script ends: leaks whose growing line never ran again."""
+        for line, evidence in self._leaks.values():
+            self.report("GL001", line, evidence)
+        self._leaks.clear()
+        self.events.emit("coverage", lines=sorted(self.lines.hits))
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
+        return [item for item in value if isinstance(item, torch.Tensor)]
+    return []
+
+
+def _version(tensor: torch.Tensor | None) -> int:
+    return -1 if tensor is None else int(tensor._version)
+
+
+def _shares(first: torch.optim.Optimizer, second: torch.optim.Optimizer) -> bool:
+    ids = {id(p) for group in first.param_groups for p in group["params"]}
+    return any(id(p) in ids for group in second.param_groups for p in group["params"])
+
+
+def _norms(params: list[torch.Tensor]) -> list[float | None]:
+    """The L2 norm of each parameter's gradient (None when it has none), with one sync per device."""
+    norms: list[float | None] = [None] * len(params)
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for index, param in enumerate(params):
+        grad = param.grad
+        if grad is not None:
+            groups.setdefault((grad.device, grad.dtype), []).append(index)
+    with torch.no_grad():
+        for indices in groups.values():
+            grads = [_dense(params[i].grad) for i in indices]
+            values = torch.stack([g.float().norm() for g in grads]).tolist()
+            for index, value in zip(indices, values, strict=True):
+                norms[index] = float(value)
+    return norms
+
+
+def _dense(grad: torch.Tensor | None) -> torch.Tensor:
+    assert grad is not None
+    return grad.coalesce().values() if grad.is_sparse else grad
