@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -11,8 +12,9 @@ from gradlint import __version__
 from gradlint.config import Config, ConfigError, load_config
 from gradlint.engine import INTERNAL_ERROR, lint_paths
 from gradlint.fix import fix_paths
-from gradlint.formats import formats
+from gradlint.formats import formats, text
 from gradlint.rule import Diagnostic, all_rules
+from gradlint.source import SourceLines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -52,6 +54,7 @@ def main() -> None:
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when there are findings.")
+@click.option("--show-source", is_flag=True, help="Text format: print each offending line with a caret under it.")
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply safe fixes in place, then report what remains.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the fixes as a unified diff instead; write nothing.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply fixes that need review.")
@@ -65,11 +68,14 @@ def check(
     config_file: Path | None,
     quiet: bool,
     exit_zero: bool,
+    show_source: bool,
     apply_fixes: bool,
     show_diff: bool,
     unsafe_fixes: bool,
 ) -> None:
-    """Lint files and directories (recursing into *.py) and report findings."""
+    """Lint files and directories (recursing into *.py and *.ipynb) and report findings."""
+    if show_source and output_format != "text":
+        raise click.UsageError("--show-source works with the text format only")
     targets = list(paths) or [Path(".")]
     try:
         config = load_config(targets[0], config_file).with_overrides(
@@ -87,7 +93,8 @@ def check(
         diagnostics = _apply_fixes(targets, config, unsafe_fixes, quiet)
     else:
         diagnostics = sorted(lint_paths(targets, config))
-    click.echo(formats()[output_format](diagnostics), nl=False)
+    render = partial(text.render, source_line=SourceLines().line) if show_source else formats()[output_format]
+    click.echo(render(diagnostics), nl=False)
     if not quiet:
         click.echo(_summary(diagnostics), err=True)
     sys.exit(exit_code(diagnostics, exit_zero))

@@ -11,6 +11,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from gradlint import notebook
 from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.config import Config
 from gradlint.files import Missing, discover
@@ -18,7 +19,8 @@ from gradlint.rule import Diagnostic, Rule, all_rules
 
 PARSE_ERROR = ("GL000", "parse-error")
 INTERNAL_ERROR = ("GL999", "internal-error")
-_NOQA = re.compile(r"#\s*noqa(?::\s?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+# flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
+_NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _FILE_NOQA = re.compile(rb"^\s*#\s*gradlint\s*[:=]\s*noqa\s*$", re.IGNORECASE | re.MULTILINE)
 _ERROR_AT = re.compile(r"error at (\d+):(\d+)")
 
@@ -28,8 +30,13 @@ def enabled_rules(config: Config, path: str) -> list[type[Rule]]:
     return [rule for code, rule in all_rules().items() if config.is_enabled(code, path)]
 
 
-def lint_source(source: str | bytes, path: str = "<string>", config: Config | None = None) -> list[Diagnostic]:
-    """Lint one module's source; never raises for bad input (GL000) or a failing rule (GL999)."""
+def lint_source(
+    source: str | bytes, path: str = "<string>", config: Config | None = None, *, noqa: bool = True
+) -> list[Diagnostic]:
+    """Lint one module's source; never raises for bad input (GL000) or a failing rule (GL999).
+
+    With `noqa=False`, `# noqa` comments are left to the caller: flake8 applies its own.
+    """
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
     if _FILE_NOQA.search(data):
@@ -39,12 +46,12 @@ def lint_source(source: str | bytes, path: str = "<string>", config: Config | No
         # No enabled rule could fire on this file: skip the parse, but still report
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
-        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config) if problem else []
+        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
     try:
         module = cst.parse_module(data)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
-        return _filter([_parse_error(path, error)], data.decode("utf-8", "replace"), config)
-    return _filter(_run_rules(module, rules, path), module.code, config)
+        return _filter([_parse_error(path, error)], data.decode("utf-8", "replace"), config, noqa)
+    return _filter(_run_rules(module, rules, path), module.code, config, noqa)
 
 
 def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
@@ -53,7 +60,18 @@ def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
         data = path.read_bytes()
     except OSError as error:
         return [_diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")]
+    if path.suffix == notebook.SUFFIX:
+        return lint_notebook(data, str(path), config)
     return lint_source(data, str(path), config)
+
+
+def lint_notebook(data: bytes, path: str, config: Config | None = None) -> list[Diagnostic]:
+    """Lint a Jupyter notebook's code cells as one module; findings carry their cell."""
+    try:
+        cells = notebook.read_notebook(data)
+    except notebook.NotebookError as error:
+        return [_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot read notebook: {error}")]
+    return sorted(cells.locate(diagnostic) for diagnostic in lint_source(cells.source, path, config))
 
 
 def lint_paths(paths: Iterable[Path], config: Config | None = None) -> Iterator[Diagnostic]:
@@ -141,24 +159,42 @@ def _parse_error(path: str, error: Exception) -> Diagnostic:
     return _diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")
 
 
-def _filter(diagnostics: list[Diagnostic], text: str, config: Config) -> list[Diagnostic]:
-    lines = text.splitlines()
-    return [
-        diagnostic
-        for diagnostic in diagnostics
-        if diagnostic.code == INTERNAL_ERROR[0]
-        or (config.is_enabled(diagnostic.code, diagnostic.path) and not _suppressed(diagnostic, lines))
-    ]
+def _filter(diagnostics: list[Diagnostic], text: str, config: Config, noqa: bool) -> list[Diagnostic]:
+    enabled = [d for d in diagnostics if d.code == INTERNAL_ERROR[0] or config.is_enabled(d.code, d.path)]
+    if not noqa or not enabled or not _NOQA.search(text):
+        return enabled
+    lines = _noqa_lines(text)
+    return [d for d in enabled if d.code == INTERNAL_ERROR[0] or not _suppressed(d, lines.get(d.line, ""))]
 
 
-def _suppressed(diagnostic: Diagnostic, lines: list[str]) -> bool:
+def _noqa_lines(text: str) -> dict[int, str]:
+    """For each line, the text searched for `# noqa`, as flake8 builds it.
+
+    A token spanning lines (a triple-quoted string) or a backslash continuation makes
+    its lines one: a `# noqa` on any of them covers all of them.
+    """
+    lines = io.StringIO(text).readlines()
+    mapping = dict(enumerate(lines, start=1))
+    first, last = len(lines) + 2, -1
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.ENDMARKER, tokenize.DEDENT):
+                continue
+            first, last = min(first, token.start[0]), max(last, token.end[0])
+            if token.type in (tokenize.NL, tokenize.NEWLINE):
+                mapping.update(dict.fromkeys(range(first, last + 1), "".join(lines[first - 1 : last])))
+                first, last = len(lines) + 2, -1
+    except (tokenize.TokenError, SyntaxError):
+        return dict(enumerate(lines, start=1))  # flake8 falls back to the physical lines too
+    return mapping
+
+
+def _suppressed(diagnostic: Diagnostic, line: str) -> bool:
     """flake8's semantics: bare `# noqa` silences the line, `# noqa: GL001` those codes (prefixes)."""
-    if not 0 < diagnostic.line <= len(lines):
-        return False
-    match = _NOQA.search(lines[diagnostic.line - 1])
+    match = _NOQA.search(line)
     if match is None:
         return False
     codes = match.group("codes")
     if codes is None:
         return True
-    return any(diagnostic.code.startswith(code) for code in re.split(r"[,\s]+", codes.upper().strip()))
+    return any(diagnostic.code.startswith(code) for code in re.split(r"[,\s]+", codes.strip()) if code)

@@ -11,7 +11,7 @@ import pathspec
 
 from gradlint.config import Config
 
-SOURCE_SUFFIXES = (".py", ".pyi")
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 @dataclass(frozen=True)

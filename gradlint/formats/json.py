@@ -11,8 +11,9 @@ FIELDS = ("path", "line", "column", "end_line", "end_column", "code", "name", "m
 
 
 def as_dict(diagnostic: Diagnostic) -> dict[str, object]:
-    """One finding as a JSON-ready dict with the documented keys."""
-    return {field: getattr(diagnostic, field) for field in FIELDS}
+    """One finding as a JSON-ready dict with the documented keys (`cell` only in notebooks)."""
+    found = {field: getattr(diagnostic, field) for field in FIELDS}
+    return found if diagnostic.cell is None else {"path": diagnostic.path, "cell": diagnostic.cell, **found}
 
 
 def render(diagnostics: Sequence[Diagnostic]) -> str:

@@ -1,0 +1,36 @@
+"""GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gradlint.rule import Diagnostic
+
+
+def render(diagnostics: Sequence[Diagnostic]) -> str:
+    """The findings as `::error file=...,line=...::message` workflow commands."""
+    return "".join(_annotation(d) + "\n" for d in diagnostics)
+
+
+def _annotation(diagnostic: Diagnostic) -> str:
+    properties = {
+        "file": diagnostic.path,
+        "line": diagnostic.line,
+        "col": diagnostic.column,
+        "endLine": diagnostic.end_line,
+        "endColumn": diagnostic.end_column,
+        "title": f"{diagnostic.code} {diagnostic.name}",
+    }
+    joined = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties.items())
+    # Annotations cannot point into a notebook cell, so the cell goes into the message.
+    where = "" if diagnostic.cell is None else f"cell {diagnostic.cell}: "
+    return f"::error {joined}::{_escape_data(where + diagnostic.message)}"
+
+
+def _escape_data(text: str) -> str:
+    # The escapes of @actions/core's toCommandValue: '%' first, so later escapes stay intact.
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")

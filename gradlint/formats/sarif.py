@@ -1,0 +1,104 @@
+"""SARIF 2.1.0, the format GitHub code scanning and other result viewers import."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Sequence
+from pathlib import PurePath
+from urllib.parse import quote
+
+from gradlint import __version__
+from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
+from gradlint.rule import Diagnostic, all_rules
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+INFORMATION_URI = "https://github.com/gradlint/gradlint"
+# Findings that are not rules still need a reporting descriptor for their ruleIndex.
+NON_RULES = {
+    PARSE_ERROR: "Reports a file that cannot be read or parsed; the rest of the run goes on.",
+    INTERNAL_ERROR: "Reports an internal error of a rule on one file; please report it.",
+}
+
+
+def render(diagnostics: Sequence[Diagnostic]) -> str:
+    """The findings as one SARIF run whose driver lists every rule."""
+    rules = _rules()
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    log = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gradlint",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": [_result(d, index[d.code]) for d in diagnostics],
+            }
+        ],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+def _rules() -> list[dict[str, object]]:
+    descriptors: list[dict[str, object]] = [
+        {
+            "id": code,
+            "name": name,
+            "shortDescription": {"text": description},
+            "defaultConfiguration": {"level": "error"},
+        }
+        for (code, name), description in NON_RULES.items()
+    ]
+    for rule in all_rules().values():
+        descriptors.append(
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary()},
+                "fullDescription": {"text": inspect.cleandoc(rule.__doc__ or "")},
+                "help": {"text": rule.documentation()},
+                "helpUri": rule.docs_url(),
+                "defaultConfiguration": {"level": "error"},
+                "properties": {"tags": ["pytorch", "correctness"]},
+            }
+        )
+    return sorted(descriptors, key=lambda descriptor: str(descriptor["id"]))
+
+
+def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, object]:
+    result: dict[str, object] = {
+        "ruleId": diagnostic.code,
+        "ruleIndex": rule_index,
+        "level": "error",
+        "message": {"text": diagnostic.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": _artifact(diagnostic.path),
+                    "region": {
+                        "startLine": diagnostic.line,
+                        "startColumn": diagnostic.column,
+                        "endLine": diagnostic.end_line,
+                        "endColumn": diagnostic.end_column,
+                    },
+                }
+            }
+        ],
+    }
+    if diagnostic.cell is not None:
+        result["properties"] = {"cell": diagnostic.cell}
+    return result
+
+
+def _artifact(path: str) -> dict[str, str]:
+    """A relative path becomes a URI under %SRCROOT%, the checkout root in code scanning."""
+    if PurePath(path).is_absolute():
+        return {"uri": PurePath(path).as_uri()}
+    return {"uri": quote(PurePath(path).as_posix()), "uriBaseId": "%SRCROOT%"}
