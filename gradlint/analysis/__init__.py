@@ -12,6 +12,7 @@ from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope,
 from gradlint.analysis.dtypes import TensorDtypes
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Leaves
+from gradlint.analysis.lineage import Lineages
 from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.nograd import NoGradValues
@@ -60,6 +61,11 @@ class ModuleAnalysis:
     def shapes(self) -> Shapes:
         """Whether tensor expressions are scalars, clearly not, or unknown."""
         return Shapes(self.collected, self.roles, self.events, self.origins)
+
+    @cached_property
+    def lineage(self) -> Lineages:
+        """What values were computed from, and which operations without a gradient cut them."""
+        return Lineages(self.collected, self.roles, self.events, self.origins)
 
     @cached_property
     def no_grad_values(self) -> NoGradValues:

@@ -1,0 +1,135 @@
+"""GL006: a backpropagated loss that reaches the model only through operations without a gradient."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Kind
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.origins import Binding
+from gradlint.rule import Rule
+
+NEW_LEAF = (
+    "the loss is made a new leaf that requires grad: backward() no longer fails, but no parameter gets a gradient"
+)
+LEAF_CONSTRUCTORS = frozenset({"tensor", "as_tensor", "Tensor", "FloatTensor", "DoubleTensor", "Variable"})
+
+
+class NonDifferentiableLoss(Rule):
+    """Checks for losses that depend on the model's output only through operations without a gradient.
+
+    Why is this bad?
+    `argmax`, `argmin`, `round`, `floor`, `ceil`, `sign`, `trunc` and comparisons
+    (`(out > 0).float()`) have a zero or no gradient; `.detach()`, `.data`, `.numpy()`,
+    `.item()` and re-wrapping with `torch.tensor(...)` cut the graph. When every path from
+    the loss back to the model goes through one of them, `loss.backward()` raises
+    `RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn`,
+    or, when something else in the loss requires grad, runs and leaves the parameters'
+    `.grad` at `None` or zero: the model never learns. The common "fix" for the error,
+    `torch.tensor(loss, requires_grad=True)` or `loss.requires_grad_()`, hides it and
+    trains nothing.
+
+    Compute the loss from the raw outputs (logits, probabilities) with a differentiable
+    criterion, and keep `argmax` and rounding for metrics. Operations on the target side
+    (`criterion(out, y.argmax(1))`), metrics that are never backpropagated, code under
+    `torch.no_grad()`, straight-through estimators (`y_hard - y_soft.detach() + y_soft`),
+    `F.gumbel_softmax(logits, hard=True)` and detached targets (DQN target networks,
+    teachers, EMA models) are fine and not reported: a path with a gradient remains.
+
+    Known problems
+    Values computed in functions of other modules are assumed to keep a gradient.
+
+    References
+    https://pytorch.org/docs/stable/notes/autograd.html
+    https://pytorch.org/docs/stable/generated/torch.argmax.html
+    """
+
+    code = "GL006"
+    name = "non-differentiable-loss"
+    message = "the loss reaches the model output only through this operation, which has no gradient, so nothing learns"
+    requires = (b"backward",)
+    example = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            logits = model(x)
+            loss = criterion(logits.argmax(dim=1).float(), y.float())
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            logits = model(x)
+            loss = criterion(logits, y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_module(self) -> None:
+        analysis = self.analysis
+        for event in analysis.own_events(Kind.BACKWARD):
+            if event.value is None or event.no_grad or not isinstance(event.node, cst.Call):
+                continue
+            statement = analysis.statement_of(event.node)
+            lineage = analysis.lineage.of(event.value, statement)
+            leaf = self._new_leaf(event.value, statement, lineage.live)
+            if leaf is not None:
+                self.report(leaf, NEW_LEAF)
+            elif not lineage.live:
+                for operation in lineage.cuts:
+                    self.report(operation)
+
+    def _new_leaf(self, value: cst.BaseExpression, at: cst.CSTNode, live: bool) -> cst.CSTNode | None:
+        """The `torch.tensor(x, requires_grad=True)` or `requires_grad_()` that makes the loss a new leaf."""
+        key = dotted_name(value)
+        if key is None:
+            return _leaf_constructor(value) or (None if live else _forcing_call(value))
+        definitions = [d for d in self.analysis.origins.definitions(key, at) if d.binding is not Binding.OUTSIDE]
+        if len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
+            constructed = _leaf_constructor(definitions[0].value)
+            if constructed is not None:
+                return constructed
+        if live:
+            return None  # `requires_grad_()` on a value that keeps a gradient path changes nothing
+        if len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
+            forced = _forcing_call(definitions[0].value)
+            if forced is not None:
+                return forced
+        start = max((self.analysis.collected.order[d.node] for d in definitions), default=0)
+        return self._forcing_statement(key, at, start)
+
+    def _forcing_statement(self, key: str, at: cst.CSTNode, start: int) -> cst.CSTNode | None:
+        # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
+        collected = self.analysis.collected
+        scope, end = collected.contexts[at].scope, collected.order[at]
+        for statement in collected.statements:
+            if collected.contexts[statement].scope is not scope or not start < collected.order[statement] < end:
+                continue
+            if isinstance(statement, cst.Expr) and _forcing_call(statement.value, key) is not None:
+                return statement
+            if (
+                isinstance(statement, cst.Assign)
+                and last_name(statement.value) == "True"
+                and any(dotted_name(target.target) == f"{key}.requires_grad" for target in statement.targets)
+            ):
+                return statement
+        return None
+
+
+def _leaf_constructor(value: cst.BaseExpression) -> cst.Call | None:
+    if not isinstance(value, cst.Call) or last_name(value.func) not in LEAF_CONSTRUCTORS:
+        return None
+    forced = any(
+        arg.keyword is not None and arg.keyword.value == "requires_grad" and last_name(arg.value) == "True"
+        for arg in value.args
+    )
+    return value if forced else None
+
+
+def _forcing_call(value: cst.BaseExpression, key: str | None = None) -> cst.Call | None:
+    """`x.requires_grad_()` (on `key` when given), not `requires_grad_(False)`."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
+        return None
+    if value.func.attr.value != "requires_grad_" or (value.args and last_name(value.args[0].value) == "False"):
+        return None
+    return value if key is None or dotted_name(value.func.value) == key else None
