@@ -1,0 +1,272 @@
+"""The language server behind `gradlint lsp`: an adapter from pygls to the engine.
+
+Findings are published on open, change and save; code actions offer each finding's fix
+and a `# noqa` comment; hovering a finding shows its rule's documentation. Each
+document uses the `[tool.gradlint]` table of the nearest pyproject.toml above it, read
+again whenever that file changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import PositionCodec, TextDocument
+
+from gradlint import __version__
+from gradlint.config import Config, ConfigError, find_pyproject, load_config
+from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
+from gradlint.fixes import LINE_BREAK
+from gradlint.rule import Diagnostic, Fix, all_rules
+
+SOURCE = "gradlint"
+PYTHON_SUFFIXES = (".py", ".pyi")
+# A suppression comment that lists codes; a new code is appended to the list.
+NOQA_CODES = re.compile(r"#\s*noqa:\s?[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
+
+
+class GradlintServer(LanguageServer):
+    """A pygls server that keeps each workspace's config and each document's last findings."""
+
+    def __init__(self) -> None:
+        super().__init__("gradlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.configs: dict[Path, tuple[int, Config]] = {}  # pyproject.toml -> (mtime_ns, its config)
+        self.findings: dict[str, tuple[int | None, list[Diagnostic]]] = {}  # uri -> (version, findings)
+        self.last_error: str | None = None  # shown once, not on every keystroke
+
+    def config_for(self, path: Path) -> Config:
+        """The config of the nearest pyproject.toml with [tool.gradlint] above `path`, re-read when it changes."""
+        pyproject = find_pyproject(path.parent)
+        if pyproject is None:
+            return Config(root=path.parent)
+        mtime = pyproject.stat().st_mtime_ns
+        cached = self.configs.get(pyproject)
+        if cached is None or cached[0] != mtime:
+            cached = (mtime, load_config(path, pyproject))
+            self.configs[pyproject] = cached
+        return cached[1]
+
+
+server = GradlintServer()
+
+
+def to_range(lines: Sequence[str], codec: PositionCodec, diagnostic_span: tuple[int, int, int, int]) -> types.Range:
+    """The LSP range of a (line, column, end_line, end_column) span of the engine."""
+    # The engine counts as flake8, SARIF and LibCST do: lines and columns from 1, columns in
+    # code points. LSP counts both from 0, and columns in the client's code units (UTF-16
+    # unless it negotiated another encoding). This function is the only conversion.
+    line, column, end_line, end_column = diagnostic_span
+
+    def position(line: int, column: int) -> types.Position:
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        return types.Position(line=max(line - 1, 0), character=codec.client_num_units(text[: max(column - 1, 0)]))
+
+    return types.Range(start=position(line, column), end=position(end_line, end_column))
+
+
+def _lines(document: TextDocument) -> list[str]:
+    return LINE_BREAK.split(document.source)
+
+
+def _span(diagnostic: Diagnostic) -> tuple[int, int, int, int]:
+    return diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column
+
+
+def _is_python(document: TextDocument) -> bool:
+    return document.language_id == "python" or document.uri.endswith(PYTHON_SUFFIXES)
+
+
+def lint_document(ls: GradlintServer, document: TextDocument) -> list[Diagnostic]:
+    """The document's findings under its workspace's config; raises ConfigError or OSError."""
+    path = Path(document.path or document.uri)  # an unsaved `untitled:` document has no path
+    return lint_source(document.source, str(path), ls.config_for(path))
+
+
+def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
+    """The findings of the open document's current version (linting it again if it changed)."""
+    document = ls.workspace.get_text_document(uri)
+    cached = ls.findings.get(uri)
+    if cached is not None and cached[0] == document.version:
+        return cached[1]
+    if not _is_python(document):
+        return []
+    try:
+        found = lint_document(ls, document)
+    except (ConfigError, OSError) as error:  # a broken config, or a document gone from disk
+        if str(error) != ls.last_error:
+            ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"gradlint: {error}"))
+        ls.last_error = str(error)
+        found = []
+    ls.findings[uri] = (document.version, found)
+    return found
+
+
+def to_lsp(document: TextDocument, diagnostic: Diagnostic) -> types.Diagnostic:
+    """The LSP form of a finding, with its code, a link to its rule's docs and the source."""
+    rule = all_rules().get(diagnostic.code)
+    failed = diagnostic.code in (PARSE_ERROR[0], INTERNAL_ERROR[0])
+    return types.Diagnostic(
+        range=to_range(_lines(document), document.position_codec, _span(diagnostic)),
+        message=diagnostic.message,
+        severity=types.DiagnosticSeverity.Error if failed else types.DiagnosticSeverity.Warning,
+        code=diagnostic.code,
+        code_description=types.CodeDescription(href=rule.docs_url()) if rule else None,
+        source=SOURCE,
+    )
+
+
+def publish(ls: GradlintServer, uri: str) -> None:
+    """Send the document's current findings to the client."""
+    ls.findings.pop(uri, None)
+    document = ls.workspace.get_text_document(uri)
+    diagnostics = [to_lsp(document, diagnostic) for diagnostic in findings(ls, uri)]
+    ls.text_document_publish_diagnostics(
+        types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version)
+    )
+
+
+def publish_all(ls: GradlintServer) -> None:
+    """Lint every open document again, after its config may have changed."""
+    for uri in list(ls.workspace.text_documents):
+        publish(ls, uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: GradlintServer, params: types.DidOpenTextDocumentParams) -> None:
+    """Lint a document when it is opened."""
+    publish(ls, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: GradlintServer, params: types.DidChangeTextDocumentParams) -> None:
+    """Lint a document on every change (pygls has applied it already)."""
+    publish(ls, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: GradlintServer, params: types.DidSaveTextDocumentParams) -> None:
+    """Lint a saved document; a saved pyproject.toml re-lints every open document."""
+    if params.text_document.uri.endswith("/pyproject.toml"):
+        publish_all(ls)
+    else:
+        publish(ls, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: GradlintServer, params: types.DidCloseTextDocumentParams) -> None:
+    """Forget a closed document and clear its findings in the client."""
+    ls.findings.pop(params.text_document.uri, None)
+    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def did_change_watched_files(ls: GradlintServer, params: types.DidChangeWatchedFilesParams) -> None:
+    """A pyproject.toml was created, changed or deleted: re-lint with the new config."""
+    if any(change.uri.endswith("/pyproject.toml") for change in params.changes):
+        publish_all(ls)
+
+
+@server.feature(types.INITIALIZED)
+def initialized(ls: GradlintServer, params: types.InitializedParams) -> None:
+    """Ask the client to report pyproject.toml changes, when it can watch files for us."""
+    workspace = ls.client_capabilities.workspace
+    watched = workspace.did_change_watched_files if workspace else None
+    if not (watched and watched.dynamic_registration):
+        return
+    options = types.DidChangeWatchedFilesRegistrationOptions(
+        watchers=[types.FileSystemWatcher(glob_pattern="**/pyproject.toml")]
+    )
+    registration = types.Registration(
+        id="gradlint-pyproject", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=options
+    )
+    ls.client_register_capability(types.RegistrationParams(registrations=[registration]))
+
+
+def _overlaps(first: types.Range, second: types.Range) -> bool:
+    def key(position: types.Position) -> tuple[int, int]:
+        return position.line, position.character
+
+    return key(first.start) <= key(second.end) and key(second.start) <= key(first.end)
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION,
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+)
+def code_action(ls: GradlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """For each finding in the range: its fix, if it has one, and a `# noqa` comment."""
+    uri = params.text_document.uri
+    document = ls.workspace.get_text_document(uri)
+    # The client names the diagnostics the action is for; the cursor's range finds the rest.
+    named = {(d.code, d.range.start.line, d.range.start.character) for d in params.context.diagnostics}
+    actions = []
+    for diagnostic in findings(ls, uri):
+        lsp_diagnostic = to_lsp(document, diagnostic)
+        start = lsp_diagnostic.range.start
+        if (diagnostic.code, start.line, start.character) not in named and not _overlaps(
+            lsp_diagnostic.range, params.range
+        ):
+            continue
+        if diagnostic.fix is not None:
+            actions.append(_fix_action(document, diagnostic.fix, lsp_diagnostic))
+        if diagnostic.code != PARSE_ERROR[0]:
+            actions.append(_noqa_action(document, diagnostic, lsp_diagnostic))
+    return actions
+
+
+def _fix_action(document: TextDocument, fix: Fix, diagnostic: types.Diagnostic) -> types.CodeAction:
+    lines = _lines(document)
+    edits = [
+        types.TextEdit(
+            range=to_range(lines, document.position_codec, (edit.line, edit.column, edit.end_line, edit.end_column)),
+            new_text=edit.text,
+        )
+        for edit in fix.edits
+    ]
+    title = f"{diagnostic.code}: {fix.description}" + ("" if fix.safe else " (unsafe: review the change)")
+    return types.CodeAction(
+        title=title,
+        kind=types.CodeActionKind.QuickFix,
+        diagnostics=[diagnostic],
+        edit=types.WorkspaceEdit(changes={document.uri: edits}),
+        is_preferred=fix.safe,
+    )
+
+
+def _noqa_action(document: TextDocument, finding: Diagnostic, diagnostic: types.Diagnostic) -> types.CodeAction:
+    lines = _lines(document)
+    text = lines[finding.line - 1] if finding.line <= len(lines) else ""
+    existing = NOQA_CODES.search(text)
+    if existing:  # Ex) a trailing `noqa: GL002` becomes `noqa: GL002, GL001`
+        column, new_text = existing.end() + 1, f", {finding.code}"
+    else:
+        column, new_text = len(text) + 1, f"  # noqa: {finding.code}"
+    where = to_range(lines, document.position_codec, (finding.line, column, finding.line, column))
+    return types.CodeAction(
+        title=f"{finding.code}: add `# noqa: {finding.code}`",
+        kind=types.CodeActionKind.QuickFix,
+        diagnostics=[diagnostic],
+        edit=types.WorkspaceEdit(changes={document.uri: [types.TextEdit(range=where, new_text=new_text)]}),
+    )
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def hover(ls: GradlintServer, params: types.HoverParams) -> types.Hover | None:
+    """The documentation of the rules whose findings are under the cursor."""
+    uri = params.text_document.uri
+    document = ls.workspace.get_text_document(uri)
+    here = types.Range(start=params.position, end=params.position)
+    rules = all_rules()
+    documentation = [
+        rules[finding.code].documentation()
+        for finding in findings(ls, uri)
+        if finding.code in rules and _overlaps(to_lsp(document, finding).range, here)
+    ]
+    if not documentation:
+        return None
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.PlainText, value="\n\n".join(dict.fromkeys(documentation)))
+    )

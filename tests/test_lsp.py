@@ -1,0 +1,263 @@
+"""The language server, driven over stdio by pygls's own LSP client, as an editor would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls")
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcMethodNotFound
+from pygls.lsp.client import LanguageClient
+from pygls.workspace import PositionCodec
+
+from gradlint.lsp import to_range
+from gradlint.rules.loss_accumulation import LossAccumulation
+
+REPOSITORY = Path(__file__).parent.parent
+TIMEOUT = 30.0
+BUGGY = """\
+import torch
+
+def train(model, loader, optimizer, criterion):
+    total = 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss  # running sum
+    return total
+"""
+LEAK_LINE = 9  # 0-based line of `total += loss`
+
+
+class Editor:
+    """A pygls client with the server started, collecting what the server publishes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.client = LanguageClient("gradlint-tests", "1")
+        self.published: asyncio.Queue[types.PublishDiagnosticsParams] = asyncio.Queue()
+        self.versions: dict[str, int] = {}
+
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def on_publish(params: types.PublishDiagnosticsParams) -> None:
+            self.published.put_nowait(params)
+
+        @self.client.feature(types.CLIENT_REGISTER_CAPABILITY)
+        def on_register(params: types.RegistrationParams) -> None:
+            """Accept the server's request to watch pyproject.toml files."""
+
+    async def start(self) -> None:
+        environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+        await self.client.start_io(sys.executable, "-m", "gradlint", "lsp", cwd=self.root, env=environment)
+        folder = types.WorkspaceFolder(uri=self.root.as_uri(), name="project")
+        capabilities = types.ClientCapabilities(
+            workspace=types.WorkspaceClientCapabilities(
+                did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)
+            )
+        )
+        await asyncio.wait_for(
+            self.client.initialize_async(
+                types.InitializeParams(
+                    capabilities=capabilities, root_uri=self.root.as_uri(), workspace_folders=[folder]
+                )
+            ),
+            TIMEOUT,
+        )
+        self.client.initialized(types.InitializedParams())
+
+    def open(self, name: str, text: str) -> str:
+        path = self.root / name
+        path.write_text(text)
+        uri = path.as_uri()
+        self.versions[uri] = 1
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+        )
+        return uri
+
+    def change(self, uri: str, text: str, where: types.Range | None = None) -> None:
+        self.versions[uri] += 1
+        change: types.TextDocumentContentChangeEvent = (
+            types.TextDocumentContentChangeWholeDocument(text=text)
+            if where is None
+            else types.TextDocumentContentChangePartial(range=where, text=text)
+        )
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+                content_changes=[change],
+            )
+        )
+
+    async def diagnostics(self, uri: str, version: int | None = None) -> list[types.Diagnostic]:
+        """The diagnostics published for `uri` at `version` (default: the latest sent)."""
+        wanted = self.versions.get(uri) if version is None else version
+        while True:
+            params = await asyncio.wait_for(self.published.get(), TIMEOUT)
+            if params.uri == uri and params.version == wanted:
+                return list(params.diagnostics)
+
+    async def send_raw(self, body: bytes) -> None:
+        """Write one JSON-RPC frame to the server's stdin, whatever the body holds."""
+        process = self.client._server  # pygls keeps the server process private
+        assert process is not None and process.stdin is not None
+        process.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        await process.stdin.drain()
+
+    async def stop(self) -> None:
+        await asyncio.wait_for(self.client.shutdown_async(None), TIMEOUT)
+        self.client.exit(None)
+        await asyncio.wait_for(self.client.stop(), TIMEOUT)
+
+
+def run_editor(root: Path, session: Callable[[Editor], Awaitable[None]]) -> None:
+    async def main() -> None:
+        editor = Editor(root)
+        await editor.start()
+        await session(editor)
+
+    asyncio.run(main())
+
+
+def point(line: int, character: int = 0) -> types.Range:
+    return types.Range(start=types.Position(line, character), end=types.Position(line, character))
+
+
+def test_positions_convert_to_zero_based_utf16_units() -> None:
+    lines = ["x = '🔥' + y", ""]
+    utf16 = PositionCodec(types.PositionEncodingKind.Utf16)
+    # `y` is at 1-based column 11 (code points); the emoji before it takes two UTF-16 units.
+    assert to_range(lines, utf16, (1, 11, 1, 12)) == types.Range(
+        start=types.Position(line=0, character=11), end=types.Position(line=0, character=12)
+    )
+    utf32 = PositionCodec(types.PositionEncodingKind.Utf32)
+    assert to_range(lines, utf32, (1, 11, 2, 1)).start == types.Position(line=0, character=10)
+    assert to_range(lines, utf32, (1, 11, 2, 1)).end == types.Position(line=1, character=0)
+
+
+def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
+    async def session(editor: Editor) -> None:
+        uri = editor.open("train.py", BUGGY)
+        [diagnostic] = await editor.diagnostics(uri)
+        assert diagnostic.code == "GL001"
+        assert diagnostic.source == "gradlint"
+        assert diagnostic.range == types.Range(
+            start=types.Position(line=LEAK_LINE, character=8), end=types.Position(line=LEAK_LINE, character=21)
+        )
+        assert diagnostic.code_description is not None
+        assert diagnostic.code_description.href == LossAccumulation.docs_url()
+
+        actions = await editor.client.text_document_code_action_async(
+            types.CodeActionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                range=point(LEAK_LINE),
+                context=types.CodeActionContext(diagnostics=[diagnostic]),
+            )
+        )
+        assert actions is not None
+        edits = {
+            action.title: edit
+            for action in actions
+            if isinstance(action, types.CodeAction) and action.edit and action.edit.changes
+            for edit in action.edit.changes[uri]
+        }
+        fix = edits["GL001: use `.item()` to drop the graph"]
+        assert fix == types.TextEdit(range=point(LEAK_LINE, 21), new_text=".item()")
+        noqa = edits["GL001: add `# noqa: GL001`"]
+        assert noqa == types.TextEdit(
+            range=point(LEAK_LINE, len(BUGGY.splitlines()[LEAK_LINE])), new_text="  # noqa: GL001"
+        )
+
+        hover = await editor.client.text_document_hover_async(
+            types.HoverParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(line=LEAK_LINE, character=10),
+            )
+        )
+        assert hover is not None and isinstance(hover.contents, types.MarkupContent)
+        assert hover.contents.value.startswith("GL001 loss-accumulation")
+        assert "Why is this bad?" in hover.contents.value
+
+        editor.change(uri, fix.new_text, where=fix.range)
+        assert await editor.diagnostics(uri) == []
+        await editor.stop()
+
+    run_editor(tmp_path, session)
+
+
+def test_workspace_config_is_used_and_reloaded_when_pyproject_changes(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.gradlint]\nignore = ["GL001"]\n')
+
+    async def session(editor: Editor) -> None:
+        uri = editor.open("train.py", BUGGY)
+        assert await editor.diagnostics(uri) == []
+        pyproject.write_text("[tool.gradlint]\nignore = []\n")
+        editor.client.workspace_did_change_watched_files(
+            types.DidChangeWatchedFilesParams(
+                changes=[types.FileEvent(uri=pyproject.as_uri(), type=types.FileChangeType.Changed)]
+            )
+        )
+        assert [d.code for d in await editor.diagnostics(uri)] == ["GL001"]
+        await editor.stop()
+
+    run_editor(tmp_path, session)
+
+
+def test_survives_malformed_requests_unknown_methods_deleted_files_and_edit_bursts(tmp_path: Path) -> None:
+    async def session(editor: Editor) -> None:
+        uri = editor.open("train.py", BUGGY)
+        await editor.diagnostics(uri)
+        with pytest.raises(JsonRpcMethodNotFound):
+            await asyncio.wait_for(editor.client.protocol.send_request_async("gradlint/noSuchMethod", {}), TIMEOUT)
+        # Malformed input goes straight to the pipe: pygls's client would refuse to encode it.
+        await editor.send_raw(b"{not json")
+        await editor.send_raw(
+            b'{"jsonrpc": "2.0", "id": "bad-1", "method": "textDocument/hover", "params": {"textDocument": 3}}'
+        )
+        await editor.send_raw(b'{"jsonrpc": "2.0", "id": "bad-2", "params": {}}')
+
+        (tmp_path / "train.py").unlink()  # deleted on disk while open in the editor
+        for _ in range(60):  # a burst of keystrokes: remove the comment one character at a time
+            end = len(BUGGY.splitlines()[LEAK_LINE])
+            editor.change(
+                uri,
+                "",
+                where=types.Range(
+                    start=types.Position(line=LEAK_LINE, character=end - 1),
+                    end=types.Position(line=LEAK_LINE, character=end),
+                ),
+            )
+        [diagnostic] = await editor.diagnostics(uri)
+        assert diagnostic.code == "GL001"
+        editor.client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+        assert [d.code for d in await editor.diagnostics(uri)] == ["GL001"]
+
+        hover = await editor.client.text_document_hover_async(
+            types.HoverParams(types.TextDocumentIdentifier(uri=uri), types.Position(line=LEAK_LINE, character=10))
+        )
+        assert hover is not None  # still answering correctly
+        await editor.stop()
+
+    run_editor(tmp_path, session)
+
+
+def test_shutdown_without_exit_ends_the_server_when_the_editor_goes_away(tmp_path: Path) -> None:
+    async def session(editor: Editor) -> None:
+        await asyncio.wait_for(editor.client.shutdown_async(None), TIMEOUT)
+        process = editor.client._server
+        assert process is not None and process.stdin is not None
+        process.stdin.close()  # the editor quits without sending `exit`
+        assert await asyncio.wait_for(process.wait(), TIMEOUT) is not None
+        await asyncio.wait_for(editor.client.stop(), TIMEOUT)
+
+    run_editor(tmp_path, session)
