@@ -1,0 +1,91 @@
+"""GL004: an in-place operation on a tensor autograd still needs."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Kind
+from gradlint.analysis.mutations import InPlace
+from gradlint.rule import Rule
+
+SAVED = "a tensor saved for backward is modified in place, so backward raises 'modified by an inplace operation'"
+BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
+
+
+class InplaceOnGradTensor(Rule):
+    """Checks for in-place operations on tensors that autograd needs.
+
+    Why is this bad?
+    Two kinds of tensor must not change in place while autograd records:
+
+    - A leaf that requires grad (an `nn.Parameter`, a tensor made with
+      `requires_grad=True`): `x.add_(1)`, `x += 1`, `x[0] = 5`, `x.zero_()` raise
+      `RuntimeError: a leaf Variable that requires grad is being used in an in-place
+      operation.`
+    - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`
+      and `softmax` save their output, `log`, `pow`, layers and products save their
+      input. Changing it (`y = torch.exp(x); y += 1`) makes the next `backward()`
+      raise `RuntimeError: one of the variables needed for gradient computation has
+      been modified by an inplace operation`.
+
+    Use the out-of-place form (`y = y + 1`, `h = h.mul(2)`), or change leaves under
+    `torch.no_grad()`. Changes inside `no_grad`, through `.data`, on tensors that
+    never required grad (data batches, masks, buffers, metrics), on fresh results
+    nothing saved (`h = lin(x); h.relu_()`) and `nn.ReLU(inplace=True)` layers are
+    fine and not reported. Manual updates from a gradient are GL003's.
+
+    Known problems
+    Only operations of the same function are followed: a tensor saved inside a
+    helper, or a layer whose activation saves its output, is not seen.
+
+    References
+    https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd
+    """
+
+    code = "GL004"
+    name = "inplace-on-grad-tensor"
+    message = "a leaf tensor that requires grad is modified in place outside torch.no_grad(), which raises at runtime"
+    requires = ()  # a leaf or a saved tensor can be named anything: no token is certain
+    example = """
+        x = torch.randn(3, requires_grad=True)
+        x.add_(1)
+        x.sum().backward()
+    """
+    use_instead = """
+        x = torch.randn(3, requires_grad=True)
+        with torch.no_grad():
+            x.add_(1)
+        x.sum().backward()
+    """
+
+    def check_module(self) -> None:
+        analysis = self.analysis
+        for operation in analysis.mutations.operations:
+            if analysis.callers.without_grad(operation.statement) or analysis.mutations.is_update(operation):
+                continue
+            if analysis.leaves.is_leaf(operation.target, operation.statement):
+                self.report(operation.node)
+            elif analysis.graphs.saved_for_backward(operation.target, operation.statement) and self._backpropagated(
+                operation
+            ):
+                self.report(operation.node, SAVED)
+
+    def _backpropagated(self, operation: InPlace) -> bool:
+        """Whether a backward may run through the modified tensor after the operation."""
+        scope = self.analysis.context(operation.statement).scope
+        if self._backward_after(scope, operation.statement):
+            return True
+        if not isinstance(scope, cst.FunctionDef):
+            return False
+        # A model's forward, or a helper whose caller backpropagates after calling it.
+        if scope.name.value == "forward":
+            return True
+        sites = self.analysis.callers.call_sites(scope)
+        return any(self._backward_after(self.analysis.context(site).scope, site) for site in sites)
+
+    def _backward_after(self, scope: cst.FunctionDef | cst.Module, node: cst.CSTNode) -> bool:
+        order = self.analysis.collected.order
+        return any(
+            event.kind in BACKPROPAGATING and order[event.site] > order[node]
+            for event in self.analysis.events.scope_events(scope)
+        )
