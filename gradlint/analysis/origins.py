@@ -16,6 +16,7 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.names import dotted_name
+from gradlint.analysis.values import names_in
 
 
 class Binding(Enum):
@@ -59,6 +60,21 @@ class Origins:
             self._walked.add(scope)
             _Walker(self._before).walk_scope(scope)
         return self._before.get(at, {}).get(key, frozenset({OUTSIDE}))
+
+    def reads(self, expression: cst.BaseExpression, key: str, at: cst.CSTNode) -> bool:
+        """Whether `expression`, evaluated just before `at`, may be computed from the value of `key`."""
+        seen: set[tuple[str, cst.CSTNode]] = set()
+        pending: list[tuple[cst.BaseExpression, cst.CSTNode]] = [(expression, at)]
+        while pending:
+            current, where = pending.pop()
+            for name in names_in(current):
+                if name == key or name.startswith(key + ".") or key.startswith(name + "."):
+                    return True
+                if (name, where) in seen:
+                    continue
+                seen.add((name, where))
+                pending.extend((d.value, d.node) for d in self.definitions(name, where) if d is not OUTSIDE)
+        return False
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The function or module a statement belongs to."""
