@@ -10,6 +10,7 @@ from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
 from gradlint.analysis.dtypes import TensorDtypes
+from gradlint.analysis.freed import FreedGraphs
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Leaves
 from gradlint.analysis.lineage import Lineages
@@ -101,6 +102,11 @@ class ModuleAnalysis:
             for event in self.events.scope_events(scope)
             if event.kind is kind and event.node is event.site
         ]
+
+    @cached_property
+    def freed_graphs(self) -> FreedGraphs:
+        """Backward calls that run through a graph an earlier backward freed."""
+        return FreedGraphs(self.collected, self.events, self.values)
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

@@ -1,0 +1,359 @@
+"""Backward calls that run through a graph an earlier backward already freed.
+
+`backward()` and `torch.autograd.grad()` free the buffers the graph saved, unless they
+are called with `retain_graph=True` (or `create_graph=True`). A forward walk over each
+scope gives every graph-carrying value the set of computations ("nodes") its graph
+holds: a fresh node for each execution of the statement that computed it, plus the
+nodes of the graph-carrying values it was computed from (not through `.detach()`,
+`.item()` and other operations without history). A backward frees its value's nodes;
+a later backward whose value holds a freed node raises "Trying to backward through the
+graph a second time". Loops are walked twice, so a value computed once before a loop,
+or a hidden state carried round it without `.detach()`, shows up on the second pass.
+Values of unknown origin hold no nodes: when in doubt, nothing is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected, Scope
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.roles import MODULE_PASSTHROUGH
+from gradlint.analysis.steps import EventIndex, Kind
+from gradlint.analysis.values import (
+    DETACHING_METHODS,
+    NON_GRAD_ATTRIBUTES,
+    NON_GRAD_BUILTINS,
+    NON_GRAD_TORCH,
+    GradValues,
+    names_in,
+)
+
+Nodes = frozenset[int]
+# Calls that hand back a module rather than run it: `accelerator.unwrap_model(model)`.
+ACCESSOR = re.compile(r"(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
+JUMPS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+@dataclass(frozen=True)
+class _State:
+    """What holds at a point: the nodes each name's graph holds, and the nodes already freed."""
+
+    env: dict[str, Nodes] = field(default_factory=dict)
+    freed: Nodes = frozenset()
+
+
+def _merge(*states: _State | None) -> _State | None:
+    # A name may hold what any path gave it; a node counts as freed only when every path
+    # freed it (`if due: loss.backward(); loss = 0` leaves the other path's loss intact).
+    live = [state for state in states if state is not None]
+    if not live:
+        return None
+    env: dict[str, Nodes] = {}
+    for state in live:
+        for key, nodes in state.env.items():
+            env[key] = env.get(key, frozenset()) | nodes
+    return _State(env, frozenset.intersection(*(state.freed for state in live)))
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """A backward (or `autograd.grad`) call whose graph an earlier one freed."""
+
+    call: cst.Call
+    kind: Kind  # BACKWARD or AUTOGRAD_GRAD
+    freed_by: cst.Call
+
+
+class FreedGraphs:
+    """Finds backward calls that reuse a freed graph, one scope at a time."""
+
+    def __init__(self, collected: Collected, events: EventIndex, values: GradValues) -> None:
+        self.collected = collected
+        self.events = events
+        self.values = values
+        self._calls: dict[cst.CSTNode, list[cst.Call]] = {}
+        for call in collected.calls:
+            statement = collected.statement_of.get(call)
+            if statement is not None:
+                self._calls.setdefault(statement, []).append(call)
+
+    def reuses(self) -> list[Reuse]:
+        """Every backward of the module that runs through a graph freed before it, in source order."""
+        found: dict[cst.Call, Reuse] = {}
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        for scope in scopes:
+            walker = _Walker(self, scope)
+            walker.walk_scope()
+            for reuse in walker.found:
+                found.setdefault(reuse.call, reuse)
+        return sorted(found.values(), key=lambda reuse: self.collected.order[reuse.call])
+
+    def backward_value(self, call: cst.Call) -> tuple[Kind, cst.BaseExpression, bool] | None:
+        """(kind, value, keeps_graph) for a direct backward or `autograd.grad` call, else None."""
+        classified = self.events.classify(call)
+        if classified is None or classified[0] not in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD) or classified[1] is None:
+            return None
+        return classified[0], classified[1], _keeps_graph(call)
+
+    def graph_reads(self, node: cst.CSTNode) -> Iterator[str | cst.Call]:
+        """Names, attributes and calls read where their history flows into the result."""
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            if isinstance(node, cst.Attribute) and node.attr.value in NON_GRAD_ATTRIBUTES:
+                return
+            key = dotted_name(node)
+            if key is not None:
+                yield key
+            if isinstance(node, cst.Attribute):
+                yield from self.graph_reads(node.value)
+            return
+        if isinstance(node, cst.Call):
+            if not self._cuts_history(node):
+                yield node
+                if isinstance(node.func, cst.Attribute):
+                    yield from self.graph_reads(node.func.value)
+                for arg in node.args:
+                    yield from self.graph_reads(arg.value)
+            return
+        if not isinstance(node, (cst.Lambda, cst.BaseComp)):
+            for child in node.children:
+                yield from self.graph_reads(child)
+
+    def _cuts_history(self, call: cst.Call) -> bool:
+        # x.detach(), x.item(), float(x), torch.tensor(x), or a same-module helper that detaches.
+        func = call.func
+        name = last_name(func)
+        if isinstance(func, cst.Attribute) and name in DETACHING_METHODS:
+            return True
+        if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
+            return True
+        if (self.collected.imports.resolve(func) or "").startswith("torch.") and name in NON_GRAD_TORCH:
+            return True
+        if name is not None and ACCESSOR.fullmatch(name):
+            return True
+        helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+        return helper is not None and self.values.returns_grad(helper) == (False, False)
+
+    def calls_of(self, statement: cst.CSTNode) -> list[cst.Call]:
+        """The calls of a simple statement in evaluation order."""
+        return self._calls.get(statement, [])
+
+
+class _Walker:
+    """One forward pass over a scope's statements (branches merged, loops walked twice)."""
+
+    def __init__(self, graphs: FreedGraphs, scope: Scope) -> None:
+        self.graphs = graphs
+        self.scope = scope
+        self.found: list[Reuse] = []
+        self.counter = 0
+        self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
+        self.freed_by: dict[int, cst.Call] = {}
+        self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
+
+    def walk_scope(self) -> None:
+        if isinstance(self.scope, cst.Module):
+            self.walk_block(self.scope.body, _State())
+        else:
+            self._suite(self.scope.body, _State())
+
+    def walk_block(self, statements: Sequence[cst.CSTNode], state: _State | None) -> _State | None:
+        for statement in statements:
+            if state is None:
+                return None
+            state = self.walk_statement(statement, state)
+        return state
+
+    def _suite(self, suite: cst.BaseSuite | None, state: _State | None) -> _State | None:
+        if isinstance(suite, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            return self.walk_block(suite.body, state)
+        return state
+
+    def walk_statement(self, statement: cst.CSTNode, state: _State) -> _State | None:
+        if isinstance(statement, cst.SimpleStatementLine):
+            return self.walk_block(statement.body, state)
+        if isinstance(statement, cst.BaseSmallStatement):
+            return self.apply(statement, state)
+        if isinstance(statement, cst.If):
+            when_true, when_false = _refine(statement.test, state)
+            body = self._suite(statement.body, when_true)
+            if isinstance(statement.orelse, cst.If):
+                return _merge(body, self.walk_statement(statement.orelse, when_false))
+            orelse = self._suite(statement.orelse.body, when_false) if statement.orelse is not None else when_false
+            return _merge(body, orelse)
+        if isinstance(statement, (cst.For, cst.While)):
+            return self._walk_loop(statement, state)
+        if isinstance(statement, cst.With):
+            return self._suite(statement.body, state)
+        if isinstance(statement, (cst.Try, cst.TryStar)):
+            return self._walk_try(statement, state)
+        return state
+
+    def _walk_loop(self, loop: cst.For | cst.While, before: _State) -> _State | None:
+        # The first pass starts from the state before the loop, the second from the end of
+        # the first: what one iteration freed is still freed when the next one starts.
+        start: _State | None = before
+        breaks: list[_State] = []
+        ends: list[_State | None] = []
+        for _ in range(2):
+            if start is None:
+                break
+            continues: list[_State] = []
+            self.loop_exits.append((continues, breaks))
+            end = self._suite(loop.body, self._bind_item(loop, start))
+            self.loop_exits.pop()
+            start = _merge(end, *continues)
+            ends.append(start)
+        after = _merge(before, ends[-1])
+        if loop.orelse is not None:
+            after = self._suite(loop.orelse.body, after)
+        return _merge(after, *breaks)
+
+    def _bind_item(self, loop: cst.For | cst.While, state: _State) -> _State:
+        # Each item of a graph-carrying iterable is its own value: `for loss in losses`.
+        if not isinstance(loop, cst.For):
+            return state
+        flags = {key: bool(nodes) for key, nodes in state.env.items()}
+        grad = self.graphs.values.evaluate(loop.iter, flags, self.scope)
+        return self._bind(loop.target, self._fresh() if grad else frozenset(), state)
+
+    def _walk_try(self, statement: cst.Try | cst.TryStar, state: _State) -> _State | None:
+        body = self._suite(statement.body, state)
+        handlers = [self._suite(handler.body, state) for handler in statement.handlers]
+        if statement.orelse is not None:
+            body = self._suite(statement.orelse.body, body)
+        merged = _merge(body, *handlers)
+        if statement.finalbody is not None:
+            return self._suite(statement.finalbody.body, merged)
+        return merged
+
+    def apply(self, statement: cst.BaseSmallStatement, state: _State) -> _State | None:
+        for call in self.graphs.calls_of(statement):
+            state = self._backward(call, state)
+        if isinstance(statement, JUMPS):
+            if isinstance(statement, (cst.Continue, cst.Break)) and self.loop_exits:
+                continues, breaks = self.loop_exits[-1]
+                (continues if isinstance(statement, cst.Continue) else breaks).append(state)
+            return None
+        if isinstance(statement, cst.Assign):
+            nodes = self.nodes_of(statement.value, state, statement)
+            for target in statement.targets:
+                state = self._bind(target.target, nodes, state)
+        elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+            state = self._bind(statement.target, self.nodes_of(statement.value, state, statement), state)
+        elif isinstance(statement, cst.AugAssign):
+            key = dotted_name(statement.target)
+            added = self.nodes_of(statement.value, state, statement)
+            if key is not None and added:
+                state = _State({**state.env, key: state.env.get(key, frozenset()) | added}, state.freed)
+        elif isinstance(statement, cst.Del):
+            deleted = set(names_in(statement.target))
+            state = _State({key: nodes for key, nodes in state.env.items() if key not in deleted}, state.freed)
+        return state
+
+    def _backward(self, call: cst.Call, state: _State) -> _State:
+        found = self.graphs.backward_value(call)
+        if found is None:
+            return state
+        kind, value, keeps_graph = found
+        nodes = self._read_nodes(value, state)
+        reused = nodes & state.freed
+        if reused:
+            self.found.append(Reuse(call, kind, self.freed_by[min(reused)]))
+        if keeps_graph:
+            return state
+        for node in nodes - state.freed:
+            self.freed_by[node] = call
+        return _State(state.env, state.freed | nodes)
+
+    def nodes_of(self, value: cst.BaseExpression, state: _State, statement: cst.CSTNode) -> Nodes:
+        """The nodes of the graph `value` computes at `statement`: a fresh one plus those it reads."""
+        context = self.graphs.collected.contexts.get(statement)
+        if context is not None and context.no_grad:
+            return frozenset()
+        # Besides what `values` knows carries a graph, anything computed from a graph through
+        # an operation that keeps history (an unknown layer: `self.model.head(features)`).
+        read = self._read_nodes(value, state)
+        flags = {key: bool(nodes) for key, nodes in state.env.items()}
+        calls = [
+            item for item in self.graphs.graph_reads(value) if isinstance(item, cst.Call) and not _constructs(item)
+        ]
+        if not read and not any(self.graphs.values.evaluate(call, flags, self.scope) for call in calls):
+            return frozenset()
+        return read | self._fresh()
+
+    def _read_nodes(self, value: cst.BaseExpression, state: _State) -> Nodes:
+        nodes: set[int] = set()
+        backprop_keys = self.graphs.values.backprop_keys(self.scope)
+        for key in self.graphs.graph_reads(value):
+            if isinstance(key, cst.Call):
+                continue
+            if key in state.env:
+                nodes |= state.env[key]
+            elif key in backprop_keys:
+                nodes.add(self.outside.setdefault(key, -len(self.outside) - 1))
+        return frozenset(nodes)
+
+    def _fresh(self) -> Nodes:
+        self.counter += 1
+        return frozenset({self.counter})
+
+    def _bind(self, target: cst.BaseExpression, nodes: Nodes, state: _State) -> _State:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                state = self._bind(element.value, nodes, state)
+            return state
+        key = dotted_name(target)
+        if key is None:
+            return state
+        return _State({**state.env, key: nodes}, state.freed)
+
+
+def _refine(test: cst.BaseExpression, state: _State) -> tuple[_State, _State]:
+    """The states in which an `if` body and its `else` run: a name tested for None holds no graph there."""
+    # Ex) if hidden is not None: hidden = hidden.detach()  (the other path has no hidden state)
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    if negated and isinstance(test, cst.UnaryOperation):
+        test = test.expression
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        is_none_test = isinstance(target.operator, (cst.Is, cst.IsNot)) and (
+            isinstance(target.comparator, cst.Name) and target.comparator.value == "None"
+        )
+        if not is_none_test:
+            return state, state
+        negated ^= isinstance(target.operator, cst.Is)
+        test = test.left
+    key = dotted_name(test)
+    if key is None or key not in state.env:
+        return state, state
+    empty = _State({**state.env, key: frozenset()}, state.freed)
+    return (empty, state) if negated else (state, empty)
+
+
+def _constructs(call: cst.Call) -> bool:
+    # Net().to(device) and nn.Linear(4, 2) build a module; the name guess in `roles` may
+    # still call them models, but they hold no graph.
+    base: cst.BaseExpression = call
+    while (
+        isinstance(base, cst.Call)
+        and isinstance(base.func, cst.Attribute)
+        and base.func.attr.value in MODULE_PASSTHROUGH
+    ):
+        base = base.func.value
+    name = last_name(base.func) if isinstance(base, cst.Call) else None
+    return name is not None and name[:1].isupper()
+
+
+def _keeps_graph(call: cst.Call) -> bool:
+    # retain_graph=True, retain_graph=not last, create_graph=True (retain_graph defaults to it)
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value in ("retain_graph", "create_graph")
+        and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None"))
+        for arg in call.args
+    )

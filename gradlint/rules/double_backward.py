@@ -1,0 +1,63 @@
+"""GL008: a second backward through a graph the first backward already freed."""
+
+from __future__ import annotations
+
+from gradlint.analysis import Kind
+from gradlint.rule import Rule
+
+
+class DoubleBackward(Rule):
+    """Checks for backward calls through a graph that an earlier backward already freed.
+
+    Why is this bad?
+    To save memory, `backward()` and `torch.autograd.grad()` free the intermediate
+    values the graph saved as soon as they have used them. A second backward through
+    any part of that graph raises `RuntimeError: Trying to backward through the graph a
+    second time (or directly access saved tensors after they have already been
+    freed)`. It happens when a loss computed once before a loop is backpropagated on
+    every iteration, when two losses share an undetached part of the graph (a GAN
+    generator's output used for the discriminator step without `.detach()`), or when an
+    RNN's hidden state is carried from batch to batch without `.detach()`.
+
+    Recompute the forward pass before each backward, detach what crosses from one
+    step into the next (`hidden = hidden.detach()`, `D(fake.detach())`), or sum the
+    losses and call backward once. `retain_graph=True` silences the error, but only
+    fits when a second backward through the same graph is really wanted; it also keeps
+    the memory alive.
+
+    A first backward with `retain_graph=True` (or `create_graph=True`) and backward
+    calls that each follow their own forward pass are fine and not reported.
+
+    Known problems
+    Graphs carried between calls of a method (`self.hidden`) and values from functions
+    of other modules are not followed.
+
+    References
+    https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
+    """
+
+    code = "GL008"
+    name = "double-backward"
+    message = "backward runs through a graph an earlier backward already freed; this raises at runtime"
+    requires = (b"backward",)
+    example = """
+        loss = criterion(model(x), y)
+        for step in range(10):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    use_instead = """
+        for step in range(10):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_module(self) -> None:
+        # A second `autograd.grad` raises too, but only backward calls are reported: the
+        # file filter in `requires` looks for "backward".
+        for reuse in self.analysis.freed_graphs.reuses():
+            if reuse.kind is Kind.BACKWARD:
+                self.report(reuse.call)
