@@ -16,11 +16,17 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradlint.analysis.collect import Collected
-from gradlint.analysis.leaves import Leaves, scope_statements
+from gradlint.analysis.leaves import Leaves, is_leaf_value, scope_statements
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.roles import Role, Roles
-from gradlint.analysis.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH, GradValues
+from gradlint.analysis.values import (
+    DETACHING_METHODS,
+    NON_GRAD_ATTRIBUTES,
+    NON_GRAD_BUILTINS,
+    NON_GRAD_TORCH,
+    GradValues,
+)
 
 # Checked against torch 2.13: changing the result in place, then backward, raises.
 SAVES_OUTPUT = frozenset(
@@ -79,6 +85,24 @@ class Graphs:
             return any(self._operand_requires_grad(operand, at) for operand in self.operands(expression))
         finally:
             self._depth -= 1
+
+    def may_carry_graph(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """False only when `expression` provably has no graph behind it: constants, data, fresh leaves."""
+        if self.collected.contexts[at].no_grad or is_leaf_value(expression):
+            return False
+        if self.requires_grad(expression, at):
+            return True
+        return any(isinstance(node, cst.Call) and self._may_compute_graph(node) for node in _walk(expression))
+
+    def _may_compute_graph(self, call: cst.Call) -> bool:
+        # Ex) self.trunk(x), encode(batch): an unknown callable may run a forward pass
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+            return False
+        if isinstance(func, cst.Name) and func.value in NON_GRAD_BUILTINS:
+            return False
+        qualified = self.roles.imports.resolve(func) or ""
+        return not (qualified.startswith("torch.") and last_name(func) in NON_GRAD_TORCH)
 
     def _operand_requires_grad(self, operand: cst.Name | cst.Attribute, at: cst.CSTNode) -> bool:
         if self.leaves.is_leaf(operand, at):

@@ -226,7 +226,7 @@ class Leaves:
         # Bindings are recorded before any query: an alias (`fast = w`) is resolved lazily.
         if isinstance(value, (cst.Name, cst.Attribute)):
             return _Pending(value, at, element=False)
-        if makes_leaf(value) or _switches_on(value):
+        if is_leaf_value(value):
             return Held.LEAF
         if isinstance(value, cst.Call) and last_name(value.func) in PARAMETER_ITERATORS | ITERABLE_WRAPPERS:
             return _Pending(value, at, element=False)
@@ -296,10 +296,10 @@ def makes_leaf(value: cst.BaseExpression) -> bool:
     )
 
 
-def _switches_on(value: cst.BaseExpression) -> bool:
-    # Ex) torch.zeros(3).requires_grad_()
+def is_leaf_value(value: cst.BaseExpression) -> bool:
+    """True for an expression that creates a leaf requiring grad: `nn.Parameter(t)`, `x.detach().requires_grad_()`."""
     switched = _requires_grad_switch(value) if isinstance(value, cst.Call) else None
-    return switched is not None and switched[1]
+    return makes_leaf(value) or (switched is not None and switched[1])
 
 
 def _requires_grad_switch(call: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:

@@ -1,0 +1,134 @@
+"""GL005: `backward(retain_graph=True)` where no later backward needs the graph."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import Event, Kind
+from gradlint.analysis.collect import Loop, Scope
+from gradlint.rule import Rule
+
+SUMMABLE = (
+    "two backward calls run through one graph with nothing between them; "
+    "backpropagating the sum of the losses once needs no retained graph"
+)
+BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
+# Events that make a second backward differ from backpropagating a sum of losses.
+INTERVENING = (Kind.STEP, Kind.CLEAR, Kind.CLIP, Kind.UNSCALE)
+
+
+class RetainGraphOveruse(Rule):
+    """Checks for `backward(retain_graph=True)` where no later backward uses the graph.
+
+    Why is this bad?
+    `retain_graph=True` keeps every tensor the forward pass saved until the graph is
+    garbage collected. It is needed only when another `backward()` or
+    `torch.autograd.grad()` runs through the same graph before it is freed. Without
+    one, each step keeps a second graph alive for nothing: memory roughly doubles
+    and, in a loop, can grow until `CUDA out of memory`. Most often it was added to
+    silence `RuntimeError: Trying to backward through the graph a second time (or
+    directly access saved tensors after they have already been freed)`, which comes
+    from an RNN hidden state or a generator output that should have been detached
+    (`hidden = hidden.detach()`, `D(fake.detach())`).
+
+    Two backward calls on losses of one forward pass with nothing between them
+    (`loss_a.backward(retain_graph=True); loss_b.backward()`) compute the same
+    gradients as `(loss_a + loss_b).backward()`, which needs no retained graph.
+
+    Not reported: a later backward or `torch.autograd.grad` through the graph in the
+    same step (GAN and actor-critic steps with an optimizer step between them,
+    per-task gradients that are read between the calls), a graph built before a loop
+    that backpropagates it once per iteration (Jacobian rows), and `create_graph=True`.
+
+    Known problems
+    A later backward in another module is not seen.
+
+    References
+    https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
+    https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
+    """
+
+    code = "GL005"
+    name = "retain-graph-overuse"
+    message = "retain_graph=True keeps the graph alive but nothing backpropagates through it again, wasting memory"
+    requires = (b"retain_graph", b"backward")
+    example = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward(retain_graph=True)
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """
+
+    def check_module(self) -> None:
+        events = self.analysis.events
+        roots: list[Scope] = [self.analysis.module]
+        roots.extend(function for function in self.analysis.collected.functions if function not in events.called)
+        for scope in roots:
+            found = events.scope_events(scope)
+            for index, event in enumerate(found):
+                if event.kind is Kind.BACKWARD and event.retain_graph and not _creates_graph(event.node):
+                    self._judge(found, index)
+
+    def _judge(self, events: tuple[Event, ...], index: int) -> None:
+        event = events[index]
+        loop = event.loops[-1] if event.loops else None
+        if loop is not None and self._graph_built_before(event, loop):
+            return  # the next iteration backpropagates through it again
+        later = [e for e in events[index + 1 :] if e.kind in BACKPROPAGATING and (loop is None or loop in e.loops)]
+        if not later:
+            self.report(event.node)
+        elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
+            self.report(event.node, SUMMABLE)
+
+    def _graph_built_before(self, event: Event, loop: Loop) -> bool:
+        """Whether the backpropagated value comes from a graph built before `loop`."""
+        if event.node is not event.site or event.value is None or not isinstance(event.node, cst.Call):
+            return False
+        analysis = self.analysis
+        statement = analysis.statement_of(event.node)
+        for definition in analysis.graphs.sources(event.value, statement).values():
+            if isinstance(definition, (cst.Assign, cst.AnnAssign)) and definition.value is not None:
+                outside = loop not in analysis.context(definition).loops
+                if outside and analysis.graphs.may_carry_graph(definition.value, definition):
+                    return True
+        return False
+
+    def _nothing_between(self, events: tuple[Event, ...], first: int, second: int) -> bool:
+        """Whether two backward calls are side by side: no step, clear, or gradient read between them."""
+        start, end = events[first], events[second]
+        if start.node is not start.site or end.node is not end.site or (start.loops, start.ifs) != (end.loops, end.ifs):
+            return False
+        if any(event.kind in INTERVENING for event in events[first + 1 : second]):
+            return False
+        order = self.analysis.collected.order
+        low, high = order[start.node], order[end.node]
+        scope = self.analysis.context(start.node).scope
+        return not any(
+            _reads_grad(statement)
+            for statement in self.analysis.collected.statements
+            if low < order[statement] < high and self.analysis.context(statement).scope is scope
+        )
+
+
+def _creates_graph(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and any(
+        arg.keyword is not None
+        and arg.keyword.value == "create_graph"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "True"
+        for arg in node.args
+    )
+
+
+def _reads_grad(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+        return True
+    return any(_reads_grad(child) for child in node.children)
