@@ -15,14 +15,16 @@ import os
 import stat
 import tempfile
 import tokenize
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import libcst as cst
 
+from gradlint import notebook
 from gradlint.config import Config
-from gradlint.engine import lint_paths, lint_source
+from gradlint.engine import lint_notebook, lint_paths, lint_source
 from gradlint.files import SOURCE_SUFFIXES, Missing, discover
 from gradlint.fixes import LINE_BREAK
 from gradlint.rule import Diagnostic, Edit, Fix
@@ -82,6 +84,8 @@ def fix_paths(paths: Iterable[Path], config: Config, unsafe: bool = False, write
 
 def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = True) -> FileFix:
     """Fix one file; it is only rewritten when the fixed text parses and lints."""
+    if path.suffix == notebook.SUFFIX:
+        return fix_notebook(path, config, unsafe, write)
     try:
         data = path.read_bytes()
         encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
@@ -93,10 +97,38 @@ def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = Tru
     result = FileFix(str(path), text, fixed.text, fixed.applied, fixed.remaining)
     if not write or not result.changed:
         return result
-    skipped = write_atomically(path, fixed.text.encode(encoding), data)
+    relint = partial(lint_source, path=str(path), config=config)
+    return _written(result, path, fixed.text.encode(encoding), data, relint)
+
+
+def fix_notebook(path: Path, config: Config, unsafe: bool = False, write: bool = True) -> FileFix:
+    """Fix a notebook's code cells as one module; outputs, metadata and other cells stay as they were."""
+    try:
+        data = path.read_bytes()
+        cells = notebook.read_notebook(data)
+    except (OSError, notebook.NotebookError):
+        return FileFix(str(path), remaining=list(lint_paths([path], config)))
+    relint = partial(lint_notebook, path=str(path), config=config)
+    fixed = fix_source(cells.source, str(path), config, unsafe)
+    try:
+        after = cells.rebuild(fixed.text)
+    except notebook.NotebookError as error:
+        return FileFix(str(path), remaining=relint(data), skipped=str(error))
+    before = data.decode("utf-8")
+    result = FileFix(str(path), before, after.decode("utf-8"), fixed.applied, relint(after))
+    if not write or not result.changed:
+        return result
+    return _written(result, path, after, data, relint)
+
+
+def _written(
+    result: FileFix, path: Path, data: bytes, expected: bytes, lint: Callable[[bytes], list[Diagnostic]]
+) -> FileFix:
+    """`result` once `data` is written over `expected`, or the file as it stays if it cannot be."""
+    skipped = write_atomically(path, data, expected)
     if skipped is None:
         return result
-    return FileFix(str(path), text, text, 0, lint_source(data, str(path), config), skipped)
+    return FileFix(result.path, result.before, result.before, 0, lint(expected), skipped)
 
 
 def fix_source(

@@ -1,0 +1,130 @@
+"""Output formats: SARIF against its schema, GitHub annotations, JSON Lines, --show-source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gradlint import Diagnostic
+from gradlint.cli import main
+from gradlint.formats import formats, github, json_lines, sarif, text
+from gradlint.rule import all_rules
+
+SCHEMA = Path(__file__).parent.parent.parent / "shared" / "schemas" / "sarif-2.1.0.json"
+LEAK = """\
+import torch
+
+total_loss = 0
+for x, y in loader:
+\toptimizer.zero_grad()
+\tloss = criterion(model(x), y)
+\tloss.backward()
+\toptimizer.step()
+\ttotal_loss += loss
+"""
+
+
+def diagnostic(**changes: object) -> Diagnostic:
+    fields: dict[str, object] = {
+        "path": "src/train.py",
+        "line": 9,
+        "column": 5,
+        "code": "GL001",
+        "end_line": 9,
+        "end_column": 23,
+        "name": "loss-accumulation",
+        "message": "a tensor with autograd history is accumulated",
+    }
+    return Diagnostic(**{**fields, **changes})  # type: ignore[arg-type]  # keys are Diagnostic's fields
+
+
+def test_every_format_module_is_registered_under_its_cli_name() -> None:
+    assert {"text", "json", "json-lines", "sarif", "github"} <= set(formats())
+
+
+def test_sarif_is_valid_against_the_official_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    if not SCHEMA.is_file():
+        pytest.skip(f"no SARIF schema at {SCHEMA}")
+    log = json.loads(
+        sarif.render(
+            [
+                diagnostic(),
+                diagnostic(path="/abs/dir with space/nb.ipynb", cell=3),
+                diagnostic(code="GL000", name="parse-error", message="syntax error"),
+            ]
+        )
+    )
+    jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(log)
+
+
+def test_sarif_describes_every_rule_with_its_help_link() -> None:
+    [run] = json.loads(sarif.render([diagnostic()]))["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    by_id = {rule["id"]: rule for rule in rules}
+    for code, rule in all_rules().items():
+        assert by_id[code]["helpUri"] == rule.docs_url()
+        assert by_id[code]["name"] == rule.name
+        assert by_id[code]["shortDescription"]["text"] == rule.summary()
+    [result] = run["results"]
+    assert rules[result["ruleIndex"]]["id"] == result["ruleId"] == "GL001"
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"] == {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
+    assert location["region"] == {"startLine": 9, "startColumn": 5, "endLine": 9, "endColumn": 23}
+
+
+def test_sarif_uris_are_percent_encoded_and_absolute_paths_are_file_uris() -> None:
+    relative = diagnostic(path="my dir/a%b.py")
+    absolute = diagnostic(path="/work/my dir/a.py")
+    [run] = json.loads(sarif.render([relative, absolute]))["runs"]
+    uris = [result["locations"][0]["physicalLocation"]["artifactLocation"] for result in run["results"]]
+    assert uris == [{"uri": "my%20dir/a%25b.py", "uriBaseId": "%SRCROOT%"}, {"uri": "file:///work/my%20dir/a.py"}]
+
+
+def test_github_annotations() -> None:
+    assert github.render([diagnostic()]) == (
+        "::error file=src/train.py,line=9,col=5,endLine=9,endColumn=23,title=GL001 loss-accumulation"
+        "::a tensor with autograd history is accumulated\n"
+    )
+
+
+def test_github_escapes_what_would_end_a_property_or_the_message() -> None:
+    [line] = github.render([diagnostic(path="a,b:c%.py", message="50% done\nnext", cell=2)]).splitlines()
+    assert line.startswith("::error file=a%2Cb%3Ac%25.py,line=9,")
+    assert line.endswith("::cell 2: 50%25 done%0Anext")
+
+
+def test_json_lines_holds_the_json_objects_one_per_line() -> None:
+    diagnostics = [diagnostic(), diagnostic(path="nb.ipynb", cell=2)]
+    lines = json_lines.render(diagnostics).splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(formats()["json"](diagnostics))
+    assert json_lines.render([]) == ""
+
+
+def test_text_shows_source_with_a_caret_under_the_span() -> None:
+    lines = {9: "\ttotal_loss += loss", 4: "for x, y in loader:"}
+    rendered = text.render(
+        [diagnostic(column=2, end_column=20), diagnostic(line=4, column=1, end_line=8, end_column=9)],
+        source_line=lambda d: lines[d.line],
+    )
+    assert rendered.splitlines()[1:3] == ["    \ttotal_loss += loss", "    \t^^^^^^^^^^^^^^^^^^"]
+    # A span that runs past its line is underlined to the end of the line.
+    assert rendered.splitlines()[4:6] == ["    for x, y in loader:", "    ^^^^^^^^^^^^^^^^^^^"]
+
+
+def test_show_source_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("leak.py").write_text(LEAK)
+    result = CliRunner().invoke(main, ["--show-source", "leak.py"])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1:] == ["    \ttotal_loss += loss", "    \t^^^^^^^^^^^^^^^^^^"]
+
+
+def test_show_source_is_refused_with_other_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["--show-source", "--format", "json", "."])
+    assert result.exit_code == 2
+    assert "--show-source works with the text format only" in result.stderr
