@@ -152,6 +152,7 @@ class _Walker:
         self.found: list[Reuse] = []
         self.counter = 0
         self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
+        self.parameters = _backpropagated_parameters(scope, graphs.values.backprop_keys(scope))
         self.freed_by: dict[int, cst.Call] = {}
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
 
@@ -234,6 +235,9 @@ class _Walker:
     def apply(self, statement: cst.BaseSmallStatement, state: _State) -> _State | None:
         for call in self.graphs.calls_of(statement):
             state = self._backward(call, state)
+            if _calls_own_method(call) and self.graphs.events.resolve_helper(call) is not None:
+                # A method of the same class may rebind any attribute: forget what `self.*` held.
+                state = _State({k: v for k, v in state.env.items() if not k.startswith("self.")}, state.freed)
         if isinstance(statement, JUMPS):
             if isinstance(statement, (cst.Continue, cst.Break)) and self.loop_exits:
                 continues, breaks = self.loop_exits[-1]
@@ -288,13 +292,13 @@ class _Walker:
 
     def _read_nodes(self, value: cst.BaseExpression, state: _State) -> Nodes:
         nodes: set[int] = set()
-        backprop_keys = self.graphs.values.backprop_keys(self.scope)
         for key in self.graphs.graph_reads(value):
             if isinstance(key, cst.Call):
                 continue
             if key in state.env:
                 nodes |= state.env[key]
-            elif key in backprop_keys:
+            elif key in self.parameters:
+                # A parameter the scope never rebinds holds the caller's one value throughout.
                 nodes.add(self.outside.setdefault(key, -len(self.outside) - 1))
         return frozenset(nodes)
 
@@ -333,6 +337,19 @@ def _refine(test: cst.BaseExpression, state: _State) -> tuple[_State, _State]:
         return state, state
     empty = _State({**state.env, key: frozenset()}, state.freed)
     return (empty, state) if negated else (state, empty)
+
+
+def _backpropagated_parameters(scope: Scope, backprop_keys: frozenset[str]) -> frozenset[str]:
+    if not isinstance(scope, cst.FunctionDef):
+        return frozenset()
+    params = scope.params
+    names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    return frozenset(names & backprop_keys)
+
+
+def _calls_own_method(call: cst.Call) -> bool:
+    func = call.func
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
 
 
 def _constructs(call: cst.Call) -> bool:
