@@ -26,6 +26,15 @@ PROJECTS = {
     "timm": "1.0.31",
     "accelerate": "1.15.0",
     "d2l": "1.0.3",
+    "stable-baselines3": "2.9.2",
+    "pytorch-tabnet": "4.1.0",
+    "fastai": "2.8.12",
+    "pytorch-metric-learning": "2.9.0",
+    "poutyne": "1.19.0",
+    "tianshou": "2.0.1",
+    "avalanche-lib": "0.6.0",
+    "pyro-ppl": "1.9.2",
+    "gpytorch": "1.15.2",
 }
 # Outside the repository, so that its .gitignore does not apply to the projects.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gradlint-ecosystem"

@@ -17,6 +17,8 @@ from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Roles
 
 MAX_INLINE_DEPTH = 4
+# opt.zero_grad(), and helpers of other libraries named for it: pyro's zero_grads(params).
+CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_grad", "clear_grads"})
 CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
 
@@ -157,6 +159,8 @@ class EventIndex:
             return self._classify_backward(node, receiver)
         if name == "grad" and (self.imports.resolve(node.func) or "").endswith("autograd.grad"):
             return Kind.AUTOGRAD_GRAD, _first_arg(node), False, _is_true(_keyword(node, "retain_graph"))
+        if receiver is None and name in CLEARING_NAMES:
+            return Kind.CLEAR, None, False, False  # Ex) from pyro.infer.util import zero_grads
         if receiver is None and name not in CLIP_FUNCTIONS:
             # Ex) from torch.nn.utils import clip_grad_norm_ as clip_norm
             imported = (self.imports.resolve(node.func) or "").rsplit(".", 1)[-1]
@@ -184,7 +188,7 @@ class EventIndex:
             return Kind.CLIP, receiver, False, False
         if receiver is None:
             return None
-        if name == "zero_grad":
+        if name in CLEARING_NAMES:
             return Kind.CLEAR, receiver, False, False
         if name == "zero_" and last_name(_strip_data(receiver)) == "grad":
             return Kind.CLEAR, None, False, False

@@ -62,6 +62,9 @@ NON_GRAD_TORCH = frozenset(
 )  # fmt: skip
 
 
+SCALING_OPERATORS = (cst.Divide, cst.FloorDivide, cst.Power, cst.Modulo)
+
+
 class GradValues:
     """Answers whether an expression carries autograd history at a given statement."""
 
@@ -211,6 +214,9 @@ def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
     if isinstance(node, cst.BaseExpression) and dotted_name(node) is not None:
         yield from names_in(node)
         return
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, SCALING_OPERATORS):
+        yield from operand_names(node.left, modules)  # `loss / n`: n is a count, not a graph
+        return
     for child in node.children:
         yield from operand_names(child, modules)
 
@@ -290,7 +296,10 @@ class _Walker:
         if isinstance(statement, cst.Assign):
             grad = not no_grad and self.values.evaluate(statement.value, self.env, self.scope)
             for target in statement.targets:
-                self.assign(target.target, grad)
+                if grad and self._unpacks_loss_call(target.target, statement.value):
+                    self._assign_loss_and_extras(target.target)
+                else:
+                    self.assign(target.target, grad)
         elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
             self.assign(statement.target, not no_grad and self.values.evaluate(statement.value, self.env, self.scope))
         elif isinstance(statement, cst.AugAssign):
@@ -316,6 +325,24 @@ class _Walker:
             and (call.func.attr.value == "detach_" or (call.args and last_name(call.args[0].value) == "False"))
         ):
             self.env = {**self.env, key: False}
+
+    def _unpacks_loss_call(self, target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
+        return (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(value, cst.Call)
+            and self.values.roles.role(value.func) is Role.LOSS_FN
+        )
+
+    def _assign_loss_and_extras(self, target: cst.BaseExpression) -> None:
+        # `loss, stats = criterion(out, y)`: the first value is the loss; the extras are
+        # usually logging values of unknown kind, so nothing is assumed about them.
+        assert isinstance(target, (cst.Tuple, cst.List))
+        first, *extras = target.elements
+        self.assign(first.value, True)
+        for element in extras:
+            key = dotted_name(element.value)
+            if key is not None:
+                self.env = {k: v for k, v in self.env.items() if k != key}
 
     def assign(self, target: cst.BaseExpression, grad: bool) -> None:
         """Bind `target` (a name, attribute or tuple of them) to a value with or without a graph."""
