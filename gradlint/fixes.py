@@ -8,6 +8,7 @@ from typing import TypeVar, cast
 
 import libcst as cst
 
+from gradlint.analysis.names import ImportMap
 from gradlint.rule import Edit, Fix
 
 # What a node is replaced with: a node, several statements (FlattenSentinel), or nothing.
@@ -54,6 +55,47 @@ def method_call(receiver: cst.BaseExpression, method: str) -> cst.Call:
     if not atomic:
         receiver = receiver.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(method)))
+
+
+def line_of(module: cst.Module, statement: cst.BaseSmallStatement) -> cst.SimpleStatementLine | None:
+    """The line holding `statement`; None when it sits in a one-line suite (`if x: y`)."""
+    finder = _LineFinder(statement)
+    module.visit(finder)
+    return finder.line
+
+
+class _LineFinder(cst.CSTVisitor):
+    def __init__(self, statement: cst.BaseSmallStatement) -> None:
+        super().__init__()
+        self.statement = statement
+        self.line: cst.SimpleStatementLine | None = None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        if self.statement in node.body:
+            self.line = node
+        return False  # statements never nest inside a simple line
+
+
+def wrap_in_with(line: cst.SimpleStatementLine, context: cst.BaseExpression) -> cst.With:
+    """`with context:` around `line`; comments above the line stay above the `with`."""
+    return cst.With(
+        items=[cst.WithItem(context)],
+        body=cst.IndentedBlock([line.with_changes(leading_lines=())]),
+        leading_lines=line.leading_lines,
+    )
+
+
+def insert_before(line: cst.SimpleStatementLine, statement: cst.BaseSmallStatement) -> Replacement:
+    """`statement` on a line of its own, then `line` (with the comments above it) unchanged."""
+    return cst.FlattenSentinel([cst.SimpleStatementLine([statement]), line])
+
+
+def reference(imports: ImportMap, dotted: str) -> cst.BaseExpression | None:
+    """An expression naming `dotted` (`torch.no_grad`) through this module's imports, if any."""
+    for local, full in sorted(imports.aliases.items()):
+        if dotted == full or dotted.startswith(full + "."):
+            return cst.parse_expression(local + dotted[len(full) :])
+    return None
 
 
 def _difference(before: str, after: str) -> Edit:

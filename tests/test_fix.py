@@ -7,6 +7,7 @@ import stat
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 from click.testing import CliRunner
 
@@ -192,3 +193,69 @@ def test_cli_fix_writes_reports_counts_and_a_second_run_is_clean(tmp_path: Path)
     second = CliRunner().invoke(main, ["check", "--diff", str(path)])
     assert second.exit_code == 0
     assert path.read_text() == FIXED_LOOP
+
+
+GL003_UPDATE = """\
+import torch
+
+w = torch.randn(3, requires_grad=True)
+for step in range(10):
+    loss = (w * 2).sum()
+    loss.backward()
+    # plain SGD
+    w -= 0.1 * w.grad  # the update
+    w.grad = None
+"""
+
+
+def test_gl003_in_place_update_is_wrapped_in_no_grad_keeping_comments() -> None:
+    expected = GL003_UPDATE.replace(
+        "    w -= 0.1 * w.grad  # the update\n", "    with torch.no_grad():\n        w -= 0.1 * w.grad  # the update\n"
+    )
+    assert fixed(GL003_UPDATE) == expected
+
+
+def test_gl003_uses_the_name_torch_is_imported_under() -> None:
+    source = GL003_UPDATE.replace("import torch\n", "import torch as th\n").replace("torch.randn", "th.randn")
+    assert "    with th.no_grad():\n        w -= 0.1 * w.grad" in fixed(source)
+
+
+def test_gl003_rebinding_has_no_certain_fix() -> None:
+    source = GL003_UPDATE.replace("w -= 0.1 * w.grad", "w = w - 0.1 * w.grad")
+    assert fixed(source) == source
+
+
+GL007_AMP = """\
+import torch
+
+scaler = torch.amp.GradScaler()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(criterion(model(x), y)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_gl007_unscale_is_inserted_before_the_clip() -> None:
+    expected = GL007_AMP.replace("    torch.nn.utils", "    scaler.unscale_(optimizer)\n    torch.nn.utils")
+    assert fixed(GL007_AMP) == expected
+
+
+def test_gl007_no_fix_when_unscale_already_follows_the_clip() -> None:
+    source = GL007_AMP.replace("    scaler.step(", "    scaler.unscale_(optimizer)\n    scaler.step(")
+    assert fixed(source) == source
+
+
+FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("*/*.py"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_fixing_any_fixture_yields_code_that_parses_and_needs_no_second_pass(path: Path) -> None:
+    once = fix_source(path.read_text(), str(path), Config(), unsafe=True)
+    cst.parse_module(once.text)
+    again = fix_source(once.text, str(path), Config(), unsafe=True)
+    assert (again.text, again.applied) == (once.text, 0)
+    assert len(once.remaining) <= len(lint_source(path.read_text(), str(path)))

@@ -8,7 +8,8 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, TrainingStep
 from gradlint.analysis.names import last_name
-from gradlint.rule import Rule
+from gradlint.fixes import insert_before, line_of, replacement_fix
+from gradlint.rule import Fix, Rule
 
 AFTER_STEP = "gradients are clipped after optimizer.step(), so the update already used the unclipped gradients"
 SCALED = (
@@ -98,8 +99,29 @@ class ClipOrder(Rule):
                 return
             if event.kind is Kind.BACKWARD:
                 if event.via_scaler or scaled_step:
-                    self.report(self._where(clip, event), SCALED)
+                    self.report(self._where(clip, event), SCALED, self._unscale_first(step, clip))
                 return
+
+    def _unscale_first(self, step: TrainingStep, clip: Event) -> Fix | None:
+        """Insert `scaler.unscale_(optimizer)` before the clip when one optimizer is stepped by the scaler."""
+        # Another unscale_ in the step would then run twice, which raises: no certain fix.
+        if clip.node is not clip.site or any(event.kind is Kind.UNSCALE for event in step.events):
+            return None
+        scaled = {event.site: event for event in step.events if event.kind is Kind.STEP and event.via_scaler}
+        if len(scaled) != 1:
+            return None
+        [(call, optimizer)] = [(site, event.value) for site, event in scaled.items()]
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and optimizer is not None):
+            return None
+        analysis = self.analysis
+        statement = analysis.statement_of(clip.node)  # type: ignore[arg-type]  # a CLIP event's node is its call
+        line = line_of(analysis.module, statement) if isinstance(statement, cst.BaseSmallStatement) else None
+        if line is None or analysis.context(call).scope is not analysis.context(statement).scope:
+            return None
+        unscale = cst.Expr(cst.Call(cst.Attribute(call.func.value, cst.Name("unscale_")), [cst.Arg(optimizer)]))
+        return replacement_fix(
+            analysis.module, {line: insert_before(line, unscale)}, "call `scaler.unscale_(optimizer)` before clipping"
+        )
 
 
 def _first(events: Iterable[Event], kinds: tuple[Kind, ...]) -> Event | None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from gradlint.rule import Rule
+import libcst as cst
+
+from gradlint.analysis.mutations import ManualUpdate
+from gradlint.fixes import line_of, reference, replacement_fix, wrap_in_with
+from gradlint.rule import Fix, Rule
 
 REBINDING = (
     "the parameter is rebound to a value computed with autograd on, so it is no longer a leaf "
@@ -59,4 +63,16 @@ class UpdateOutsideNoGrad(Rule):
         analysis = self.analysis
         for update in analysis.mutations.updates:
             if not analysis.callers.without_grad(update.statement):
-                self.report(update.node, REBINDING if update.rebinding else None)
+                self.report(update.node, REBINDING if update.rebinding else None, self._fix(update))
+
+    def _fix(self, update: ManualUpdate) -> Fix | None:
+        # Rebinding under no_grad would make a tensor that no longer requires grad at all:
+        # only in-place updates have a certain fix.
+        no_grad = reference(self.analysis.imports, "torch.no_grad")
+        if update.rebinding or no_grad is None:
+            return None
+        line = line_of(self.analysis.module, update.statement)
+        if line is None or len(line.body) != 1:
+            return None
+        wrapped = wrap_in_with(line, cst.Call(no_grad))
+        return replacement_fix(self.analysis.module, {line: wrapped}, "wrap the update in `with torch.no_grad():`")
