@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from gradlint import __version__
+from gradlint.cache import CACHE_DIR
 from gradlint.config import Config, ConfigError, load_config
 from gradlint.engine import INTERNAL_ERROR, lint_paths
 from gradlint.fix import fix_paths
@@ -58,6 +59,8 @@ def main() -> None:
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply safe fixes in place, then report what remains.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the fixes as a unified diff instead; write nothing.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply fixes that need review.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per core; 1: none).")
+@click.option("--no-cache", is_flag=True, help=f"Neither read nor write the result cache ({CACHE_DIR}/).")
 def check(
     paths: tuple[Path, ...],
     output_format: str,
@@ -72,6 +75,8 @@ def check(
     apply_fixes: bool,
     show_diff: bool,
     unsafe_fixes: bool,
+    jobs: int | None,
+    no_cache: bool,
 ) -> None:
     """Lint files and directories (recursing into *.py and *.ipynb) and report findings."""
     if show_source and output_format != "text":
@@ -92,7 +97,8 @@ def check(
     if apply_fixes:
         diagnostics = _apply_fixes(targets, config, unsafe_fixes, quiet)
     else:
-        diagnostics = sorted(lint_paths(targets, config))
+        cache = None if no_cache else config.root / CACHE_DIR
+        diagnostics = sorted(lint_paths(targets, config, jobs=jobs, cache=cache))
     render = partial(text.render, source_line=SourceLines().line) if show_source else formats()[output_format]
     click.echo(render(diagnostics), nl=False)
     if not quiet:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import tokenize
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import libcst as cst
@@ -13,6 +16,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from gradlint import notebook
 from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.cache import ResultCache
 from gradlint.config import Config
 from gradlint.files import Missing, discover
 from gradlint.rule import Diagnostic, Rule, all_rules
@@ -23,6 +27,11 @@ INTERNAL_ERROR = ("GL999", "internal-error")
 _NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _FILE_NOQA = re.compile(rb"^\s*#\s*gradlint\s*[:=]\s*noqa\s*$", re.IGNORECASE | re.MULTILINE)
 _ERROR_AT = re.compile(r"error at (\d+):(\d+)")
+# Deeper bracket nesting takes LibCST seconds (CPython itself refuses more than 200 levels).
+MAX_NESTING = 100
+MAX_FILE_BYTES = 2 << 20
+_OPENING = frozenset(b"([{")
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"()[]{}")
 
 
 def enabled_rules(config: Config, path: str) -> list[type[Rule]]:
@@ -30,28 +39,48 @@ def enabled_rules(config: Config, path: str) -> list[type[Rule]]:
     return [rule for code, rule in all_rules().items() if config.is_enabled(code, path)]
 
 
+def could_fire(rule: type[Rule], data: bytes) -> bool:
+    """Whether `data` holds what `rule.requires` names: every token, or one of each group."""
+    return all(
+        clause in data if isinstance(clause, bytes) else any(token in data for token in clause)
+        for clause in rule.requires
+    )
+
+
 def lint_source(
-    source: str | bytes, path: str = "<string>", config: Config | None = None, *, noqa: bool = True
+    source: str | bytes,
+    path: str = "<string>",
+    config: Config | None = None,
+    *,
+    noqa: bool = True,
+    prefilter: bool = True,
 ) -> list[Diagnostic]:
     """Lint one module's source; never raises for bad input (GL000) or a failing rule (GL999).
 
     With `noqa=False`, `# noqa` comments are left to the caller: flake8 applies its own.
+    Rules whose `requires` tokens are absent are not run (`prefilter=False` runs them
+    anyway; the tests use it to prove the prefilter hides nothing).
     """
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
     if _FILE_NOQA.search(data):
         return []
-    rules = enabled_rules(config, path)
-    if not any(all(token in data for token in rule.requires) for rule in rules):
+    rules = [rule for rule in enabled_rules(config, path) if not prefilter or could_fire(rule, data)]
+    if not rules:
         # No enabled rule could fire on this file: skip the parse, but still report
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
         return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
+    problem = _unparsable(data)
+    if problem:
+        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
     try:
         module = cst.parse_module(data)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
         return _filter([_parse_error(path, error)], data.decode("utf-8", "replace"), config, noqa)
-    return _filter(_run_rules(module, rules, path), module.code, config, noqa)
+    diagnostics = _run_rules(module, rules, path)
+    # Regenerating the text costs as much as a traversal: only do it when there is something to filter.
+    return _filter(diagnostics, module.code if diagnostics else "", config, noqa)
 
 
 def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
@@ -59,7 +88,12 @@ def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
     try:
         data = path.read_bytes()
     except OSError as error:
-        return [_diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")]
+        return [_unreadable(path, error)]
+    return lint_bytes(path, data, config)
+
+
+def lint_bytes(path: Path, data: bytes, config: Config | None = None) -> list[Diagnostic]:
+    """Lint the content `data` of the file `path`: a notebook or a module."""
     if path.suffix == notebook.SUFFIX:
         return lint_notebook(data, str(path), config)
     return lint_source(data, str(path), config)
@@ -74,14 +108,91 @@ def lint_notebook(data: bytes, path: str, config: Config | None = None) -> list[
     return sorted(cells.locate(diagnostic) for diagnostic in lint_source(cells.source, path, config))
 
 
-def lint_paths(paths: Iterable[Path], config: Config | None = None) -> Iterator[Diagnostic]:
-    """Lint files and directories, yielding findings sorted by path, line and column."""
+def default_jobs() -> int:
+    """How many worker processes `lint_paths` starts by default: one per usable core."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS and Windows have no affinity mask
+        return os.cpu_count() or 1
+
+
+def lint_paths(
+    paths: Iterable[Path], config: Config | None = None, *, jobs: int | None = None, cache: Path | None = None
+) -> Iterator[Diagnostic]:
+    """Lint files and directories, yielding each file's sorted findings in discovery order.
+
+    Files no enabled rule could fire on are settled here from their bytes, without a
+    parse. The others are looked up in the result cache kept in the directory `cache`
+    (None: no cache), and the misses are linted by `jobs` worker processes (None: one
+    per core; 1: in this process). The order of the output never depends on `jobs`.
+    """
     config = config or Config()
+    store = ResultCache(cache, config) if cache is not None else None
+    results: list[list[Diagnostic]] = []
+    misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in discover(list(paths), config):
         if isinstance(item, Missing):
-            yield _diagnostic(PARSE_ERROR, item.path, 1, 1, f"cannot lint: {item.reason}")
-        else:
-            yield from lint_file(item, config)
+            results.append([_diagnostic(PARSE_ERROR, item.path, 1, 1, f"cannot lint: {item.reason}")])
+            continue
+        try:
+            data = item.read_bytes()
+        except OSError as error:
+            results.append([_unreadable(item, error)])
+            continue
+        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config):
+            results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
+            continue
+        key = store.key(str(item), data) if store is not None else None
+        cached = store.get(key) if store is not None and key is not None else None
+        results.append(cached or [])
+        if cached is None:
+            misses.append((len(results) - 1, item, data, key))
+    linted = _lint_in_pool([(path, data) for _, path, data, _ in misses], config, jobs or default_jobs())
+    for (index, _, _, key), found in zip(misses, linted, strict=True):
+        results[index] = found
+        if store is not None and key is not None and all(d.code != INTERNAL_ERROR[0] for d in found):
+            store.put(key, found)  # an internal error is retried next run, not remembered
+    for found in results:
+        yield from found
+
+
+def _needs_parse(data: bytes, path: str, config: Config) -> bool:
+    return not _FILE_NOQA.search(data) and any(could_fire(rule, data) for rule in enabled_rules(config, path))
+
+
+def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int) -> list[list[Diagnostic]]:
+    """Lint `files` in `jobs` processes; results come back in the order of `files`."""
+    workers = min(jobs, len(files))
+    if workers <= 1:
+        return [lint_bytes(path, data, config) for path, data in files]
+    # Biggest files first, so that no worker is left with a large file at the end.
+    order = sorted(range(len(files)), key=lambda index: -len(files[index][1]))
+    with ProcessPoolExecutor(workers) as pool:
+        futures = {index: pool.submit(lint_bytes, *files[index], config) for index in order}
+        results: list[list[Diagnostic] | None] = [_result(futures[index]) for index in range(len(files))]
+    # A worker that died (out of memory, a crash in the native parser) breaks the whole pool:
+    # lint each file it took down alone, so that only the file that kills a worker says so.
+    return [found if found is not None else _lint_alone(*files[index], config) for index, found in enumerate(results)]
+
+
+def _result(future: Future[list[Diagnostic]]) -> list[Diagnostic] | None:
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return None
+
+
+def _lint_alone(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
+    with ProcessPoolExecutor(1) as pool:
+        found = _result(pool.submit(lint_bytes, path, data, config))
+    if found is not None:
+        return found
+    message = "internal error: the process linting this file died (out of memory?), please report"
+    return [_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+
+
+def _unreadable(path: Path, error: OSError) -> Diagnostic:
+    return _diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")
 
 
 def _run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[Diagnostic]:
@@ -138,6 +249,43 @@ def _at(position: CodeRange, rule: Rule, path: str, message: str, fix: object) -
 def _diagnostic(kind: tuple[str, str], path: str, line: int, column: int, message: str) -> Diagnostic:
     code, name = kind
     return Diagnostic(path, line, column, code, end_line=line, end_column=column, name=name, message=message)
+
+
+def _unparsable(data: bytes) -> str | None:
+    """Why LibCST must not be given `data`.
+
+    It needs about 1 GB of memory per MB of source, and its time and memory grow
+    quadratically with bracket nesting (it crashes beyond about 2,000 levels).
+    """
+    if len(data) > MAX_FILE_BYTES:
+        size, limit = len(data) / 2**20, MAX_FILE_BYTES >> 20
+        return f"cannot lint: the file is {size:.1f} MB, over gradlint's limit of {limit} MB"
+    if _bracket_depth(data) > MAX_NESTING:
+        return f"cannot parse: brackets are nested more than {MAX_NESTING} deep"
+    return None
+
+
+def _bracket_depth(data: bytes) -> int:
+    """The deepest bracket nesting of `data`; a cheap byte count first, the tokenizer only if needed."""
+    if data.count(b"(") + data.count(b"[") + data.count(b"{") <= MAX_NESTING:
+        return 0
+    depth = deepest = 0
+    for byte in data.translate(None, _NOT_BRACKETS):  # an upper bound: strings and comments count too
+        depth = depth + 1 if byte in _OPENING else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    if deepest <= MAX_NESTING:
+        return deepest
+    depth = deepest = 0
+    try:
+        for token in tokenize.tokenize(io.BytesIO(data).readline):
+            if token.type == tokenize.OP and token.string in ("(", "[", "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif token.type == tokenize.OP and token.string in (")", "]", "}"):
+                depth -= 1
+    except (tokenize.TokenError, SyntaxError):
+        pass  # a broken file: the depth reached before the error stands
+    return deepest
 
 
 def _undecodable(data: bytes) -> str | None:

@@ -70,9 +70,10 @@ class Rule:
     message: ClassVar[str]
     example: ClassVar[str]
     use_instead: ClassVar[str]
-    # Byte strings that must all occur in a file for this rule to be able to fire;
-    # the engine skips parsing files that no enabled rule could report on.
-    requires: ClassVar[tuple[bytes, ...]] = ()
+    # Byte strings that must all occur in a file for this rule to be able to fire; an
+    # entry that is a tuple of byte strings needs any one of them. The engine runs a rule
+    # only on files that hold them, and parses no file that no enabled rule could fire on.
+    requires: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
 
     registry: ClassVar[dict[str, type[Rule]]] = {}
 

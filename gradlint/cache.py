@@ -1,0 +1,105 @@
+"""The per-file result cache in `.gradlint_cache/`: findings keyed by what decides them.
+
+A key is the hash of the file's content, its path, the effective configuration and a
+fingerprint of gradlint itself (its version and the source of every module, so a new or
+changed rule invalidates every entry). Entries are JSON, written to a temporary file and
+renamed into place, so several runs can share one cache: a reader sees a whole entry or
+none, and an entry that cannot be read or decoded counts as a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import astuple
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gradlint.config import Config
+from gradlint.rule import Diagnostic, Edit, Fix, all_rules
+
+CACHE_DIR = ".gradlint_cache"
+_PACKAGE = Path(__file__).parent
+
+
+@cache
+def fingerprint() -> str:
+    """A hash of gradlint's version, its registered rules and the source of its modules."""
+    from gradlint import __version__  # here: the package imports this module while it initializes
+
+    digest = hashlib.sha256(__version__.encode())
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode())
+        digest.update(path.read_bytes())
+    for code, rule in all_rules().items():  # rules registered from outside the package, too
+        digest.update(f"{code}={rule.__module__}.{rule.__qualname__}".encode())
+    return digest.hexdigest()
+
+
+class ResultCache:
+    """Findings of earlier runs, stored under `directory` (one file per entry)."""
+
+    def __init__(self, directory: Path, config: Config) -> None:
+        self.directory = directory
+        self._salt = f"{fingerprint()}\0{config!r}\0".encode()
+
+    def key(self, path: str, data: bytes) -> str:
+        """The entry name for linting `data` as the file `path` under this run's settings."""
+        digest = hashlib.sha256(self._salt)
+        digest.update(path.encode("utf-8", "surrogateescape"))
+        digest.update(b"\0")
+        digest.update(data)
+        return digest.hexdigest()
+
+    def _entry(self, key: str) -> Path:
+        return self.directory / key[:2] / key[2:]
+
+    def get(self, key: str) -> list[Diagnostic] | None:
+        """The stored findings for `key`, or None when there is no usable entry."""
+        try:
+            return [_decode(item) for item in json.loads(self._entry(key).read_bytes())]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # missing, half-written by a crashed older version, or corrupt: a miss
+
+    def put(self, key: str, diagnostics: list[Diagnostic]) -> None:
+        """Store findings for `key` atomically; a cache that cannot be written is skipped."""
+        entry = self._entry(key)
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            _ignore_from_version_control(self.directory)
+            handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                    json.dump([_encode(diagnostic) for diagnostic in diagnostics], stream)
+                os.replace(temporary, entry)
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except OSError:
+            return  # a read-only or full disk makes the run slower, never wrong
+
+
+def _ignore_from_version_control(directory: Path) -> None:
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("# Created by gradlint automatically.\n*\n", encoding="utf-8")
+
+
+def _encode(diagnostic: Diagnostic) -> dict[str, object]:
+    fields = {field.name: getattr(diagnostic, field.name) for field in dataclasses.fields(diagnostic)}
+    fix = diagnostic.fix
+    if fix is not None:
+        fields["fix"] = {"description": fix.description, "safe": fix.safe, "edits": [astuple(e) for e in fix.edits]}
+    return fields
+
+
+def _decode(item: Any) -> Diagnostic:
+    fix = item.pop("fix")
+    if fix is not None:
+        edits = tuple(Edit(*edit) for edit in fix["edits"])
+        item["fix"] = Fix(description=fix["description"], edits=edits, safe=fix["safe"])
+    return Diagnostic(**item)
