@@ -10,6 +10,7 @@ path only when it is known to carry history: labels have none.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -311,7 +312,10 @@ class Lineages:
             return SOURCE
         if isinstance(func, cst.Name) and name in STOPPING_BUILTINS:
             return self._union(arguments, at, bindings, depth).stopped()
-        return self._union(arguments, at, bindings, depth)
+        result = self._union(arguments, at, bindings, depth)
+        if isinstance(func, cst.Name) and not self._is_plain_function(func):
+            return result | UNKNOWN  # a callable held in a variable may be a model
+        return result
 
     def _trace_method(
         self, call: cst.Call, func: cst.Attribute, at: cst.CSTNode, bindings: Bindings, depth: int
@@ -380,6 +384,11 @@ class Lineages:
             ):
                 result = result | self._trace(statement.value, statement, inner, depth + 1)
         return result
+
+    def _is_plain_function(self, func: cst.Name) -> bool:
+        """An imported or builtin function, or a class: its result depends on its arguments only."""
+        name = func.value
+        return name in self.roles.imports.aliases or hasattr(builtins, name) or name[:1].isupper()
 
     def _is_module_path(self, node: cst.BaseExpression) -> bool:
         # torch.nn.functional.relu(x), F.relu(x), np.mean(x): a function reached through imports
