@@ -128,6 +128,62 @@ def _apply_fixes(targets: list[Path], config: Config, unsafe: bool, quiet: bool)
     return sorted(diagnostic for result in results for diagnostic in result.remaining)
 
 
+@main.command()
+def lsp() -> None:
+    """Run the language server over stdio (needs the `lsp` extra: pip install 'gradlint[lsp]')."""
+    try:
+        from gradlint.lsp import server
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in ("pygls", "lsprotocol"):
+            raise
+        click.echo("gradlint: error: the language server needs pygls: pip install 'gradlint[lsp]'", err=True)
+        sys.exit(EXIT_ERROR)
+    server.start_io()
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", required=False, type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "module", help="Run a module, as `python -m MODULE`, instead of SCRIPT.")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Optimizer steps to run.")
+@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--report", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
+@click.option("--quiet-script", is_flag=True, help="Hide the script's own output.")
+def trace(
+    script: Path | None,
+    args: tuple[str, ...],
+    module: str | None,
+    steps: int,
+    timeout: float,
+    output_format: str,
+    html: Path | None,
+    quiet_script: bool,
+) -> None:
+    """EXECUTE a training script for a few steps under PyTorch instrumentation to confirm findings.
+
+    Script arguments go after `--`: gradlint trace train.py --steps 5 -- --lr 0.1
+    """
+    from gradlint.runtime.command import module_target, run_trace
+    from gradlint.runtime.runner import Target
+
+    if module is None and script is None:
+        raise click.UsageError("give a SCRIPT or -m MODULE")
+    if module is not None:
+        target = module_target(module, (*([str(script)] if script else []), *args))
+        if target is None:
+            click.echo(f"gradlint: error: no module named {module!r} found on the path", err=True)
+            sys.exit(EXIT_ERROR)
+    else:
+        target = Target(Path(str(script)), None, args)
+    try:
+        config = load_config(target.script)
+    except ConfigError as error:
+        click.echo(f"gradlint: error: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    sys.exit(run_trace(target, config, steps, timeout, output_format, html, quiet_script))
+
+
 def exit_code(diagnostics: list[Diagnostic], exit_zero: bool = False) -> int:
     """2 when gradlint itself failed, else 1 for findings (0 with --exit-zero), else 0."""
     if any(d.code == INTERNAL_ERROR[0] for d in diagnostics):

@@ -9,15 +9,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 pytest.importorskip("pygls")
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcMethodNotFound
 from pygls.lsp.client import LanguageClient
-from pygls.workspace import PositionCodec
+from pygls.workspace import PositionCodec, Workspace
 
-from gradlint.lsp import to_range
+from gradlint.cli import main
+from gradlint.lsp import GradlintServer, did_open, publish, to_range
 from gradlint.rules.loss_accumulation import LossAccumulation
 
 REPOSITORY = Path(__file__).parent.parent
@@ -144,6 +146,51 @@ def test_positions_convert_to_zero_based_utf16_units() -> None:
     assert to_range(lines, utf32, (1, 11, 2, 1)).end == types.Position(line=1, character=0)
 
 
+class FakeServer(GradlintServer):
+    """The server without a client: a workspace of its own; what it sends is recorded."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.own_workspace = Workspace(root.as_uri())
+        self.published: list[types.PublishDiagnosticsParams] = []
+        self.messages: list[str] = []
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.own_workspace
+
+    def text_document_publish_diagnostics(self, params: types.PublishDiagnosticsParams) -> None:
+        self.published.append(params)
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None:
+        self.messages.append(params.message)
+
+
+def open_in(ls: FakeServer, path: Path, text: str) -> str:
+    item = types.TextDocumentItem(uri=path.as_uri(), language_id="python", version=1, text=text)
+    ls.workspace.put_text_document(item)  # what pygls does before calling did_open
+    did_open(ls, types.DidOpenTextDocumentParams(item))
+    return item.uri
+
+
+def test_did_open_publishes_the_engine_findings(tmp_path: Path) -> None:
+    ls = FakeServer(tmp_path)
+    uri = open_in(ls, tmp_path / "train.py", BUGGY)
+    [published] = ls.published
+    assert (published.uri, published.version) == (uri, 1)
+    assert [(d.code, d.range.start.line) for d in published.diagnostics] == [("GL001", LEAK_LINE)]
+
+
+def test_a_broken_config_is_shown_once_and_lints_nothing(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\nselect = 3\n")
+    ls = FakeServer(tmp_path)
+    uri = open_in(ls, tmp_path / "train.py", BUGGY)
+    publish(ls, uri)
+    assert [p.diagnostics for p in ls.published] == [[], []]
+    [message] = ls.messages
+    assert "'select' must be a list of strings" in message
+
+
 def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
     async def session(editor: Editor) -> None:
         uri = editor.open("train.py", BUGGY)
@@ -261,3 +308,11 @@ def test_shutdown_without_exit_ends_the_server_when_the_editor_goes_away(tmp_pat
         await asyncio.wait_for(editor.client.stop(), TIMEOUT)
 
     run_editor(tmp_path, session)
+
+
+def test_lsp_command_without_pygls_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)  # as if pygls were not installed
+    monkeypatch.delitem(sys.modules, "gradlint.lsp")
+    result = CliRunner().invoke(main, ["lsp"])
+    assert result.exit_code == 2
+    assert "pip install 'gradlint[lsp]'" in result.output
