@@ -14,7 +14,7 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, GradMode, grad_mode_of
 from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.origins import Binding, Definition, Origins
+from gradlint.analysis.origins import OUTSIDE, Binding, Definition, Origins
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex
 
@@ -114,7 +114,20 @@ class NoGradValues:
             return expression.func.attr.value in DATA_METHODS and self._is_data(expression.func.value, at, depth + 1)
         key = dotted_name(expression)
         definitions = self.origins.definitions(key, at) if key else frozenset()
-        return bool(definitions) and all(self._defines_data(d, depth + 1) for d in definitions)
+        if OUTSIDE in definitions and not self._is_constant_parameter(key, at):
+            return False
+        return bool(definitions) and all(d is OUTSIDE or self._defines_data(d, depth + 1) for d in definitions)
+
+    def _is_constant_parameter(self, key: str | None, at: cst.CSTNode) -> bool:
+        """A parameter whose default is a literal: `temperature=4.0`, `reduction="mean"`."""
+        function = self.collected.contexts[at].function
+        if function is None:
+            return False
+        params = (*function.params.params, *function.params.kwonly_params)
+        return any(
+            param.name.value == key and isinstance(param.default, (cst.Integer, cst.Float, cst.SimpleString))
+            for param in params
+        )
 
     def _defines_data(self, definition: Definition, depth: int) -> bool:
         if definition.binding is Binding.LOOP:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from gradlint.analysis import Role, TrainingStep
@@ -11,8 +13,9 @@ from gradlint.analysis.values import names_in
 from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3
-# Functions a framework calls once per batch; a step function with another name may run once.
-PER_BATCH_FUNCTION_WORDS = ("step", "batch", "iteration")
+# Functions a framework or loop calls once per batch (`training_step`, `train_on_batch`);
+# a function with another name that backpropagates and steps may well run once.
+PER_BATCH_FUNCTION = re.compile(r"_?(\w+_)?step|_?(train|fit|update)(_on)?_batch|_?train_iter(ation)?")
 
 
 class OptimizerInLoop(Rule):
@@ -62,7 +65,7 @@ class OptimizerInLoop(Rule):
 
     def check_step(self, step: TrainingStep) -> None:
         node = step.node
-        if not isinstance(node, cst.FunctionDef) or any(word in node.name.value for word in PER_BATCH_FUNCTION_WORDS):
+        if not isinstance(node, cst.FunctionDef) or PER_BATCH_FUNCTION.fullmatch(node.name.value):
             self._check_region(node, 0)
 
     def _check_region(self, region: Loop | cst.FunctionDef, depth: int) -> None:
