@@ -64,10 +64,12 @@ class Notebook:
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
         """`diagnostic`, found in `source`, moved to its cell and line within that cell."""
-        position = bisect.bisect_right(self.starts, diagnostic.line) - 1
-        if position < 0:
+        if not self.cells:
             return diagnostic
-        offset = self.starts[position] - 1
+        # A finding on the first marker line (GL999 and some GL000 are reported at 1:1)
+        # belongs to the first line of the first cell.
+        position = max(bisect.bisect_right(self.starts, diagnostic.line) - 1, 0)
+        offset = min(self.starts[position] - 1, diagnostic.line - 1)
         return replace(
             diagnostic,
             cell=self.cells[position],

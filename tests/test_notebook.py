@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gradlint import Config
+from gradlint import Config, Diagnostic
 from gradlint.cli import main
 from gradlint.engine import lint_notebook
 from gradlint.notebook import read_notebook
@@ -86,6 +86,13 @@ def test_noqa_works_in_a_cell() -> None:
 def test_a_syntax_error_is_reported_in_its_cell() -> None:
     [(cell, _, _, code)] = findings(notebook(SETUP, "x = 1\ndef broken(:\n    pass", "y = 2"))
     assert (cell, code) == (3, "GL000")
+
+
+def test_a_finding_reported_at_the_top_of_the_source_lands_in_the_first_cell() -> None:
+    # GL999 and file-level GL000 are reported at 1:1, which is the first cell's marker line.
+    top = Diagnostic("nb.ipynb", 1, 1, "GL999", end_line=1, end_column=1, name="internal-error", message="m")
+    located = read_notebook(notebook(SETUP, LEAKY_LOOP)).locate(top)
+    assert (located.cell, located.line, located.end_line) == (2, 1, 1)
 
 
 @pytest.mark.parametrize("data", [b"{not json", b'{"nbformat": 3, "worksheets": []}', b"[]"])
