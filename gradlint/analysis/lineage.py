@@ -199,6 +199,9 @@ class Lineages:
             return NONE
         if isinstance(node, cst.Attribute) and node.attr.value == "data":
             return self._trace(node.value, at, bindings, depth).cut_by(node)
+        reduced = _indexed_reduction_source(node.value) if isinstance(node, cst.Attribute) else None
+        if reduced is not None and isinstance(node, cst.Attribute) and node.attr.value == "indices":
+            return self._trace(reduced, at, bindings, depth).cut_by(node)  # out.max(dim=1).indices
         if isinstance(node, cst.Attribute) and node.attr.value in NON_GRAD_ATTRIBUTES:
             return NONE
         key = dotted_name(node)
