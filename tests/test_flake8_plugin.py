@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gradlint.engine import lint_source
 from gradlint.flake8_plugin import Plugin, to_flake8
 from gradlint.rule import Diagnostic
 
@@ -84,6 +85,16 @@ def test_noqa_is_honoured_the_same_way(project: Path) -> None:
     reported = {Path(line.split(":")[0]).name for line in flake8}
     assert reported == {"plain.py", "other_code.py", "no_space.py"}
     assert flake8 == run(sys.executable, "-m", "gradlint", "--quiet", "src/noqa", cwd=project)
+
+
+def test_noqa_on_the_last_line_of_a_continued_statement_covers_it() -> None:
+    # flake8 reads a noqa comment anywhere on a backslash-continued line or multi-line string
+    # as covering all its lines; the engine does the same, so the variant above is silent.
+    assert [(d.line, d.code) for d in lint_source(CONTINUED.replace("  # noqa: GL001", ""))] == [
+        (8, "GL001"),
+        (10, "GL001"),
+    ]
+    assert lint_source(CONTINUED) == []
 
 
 def test_columns_become_zero_based_only_for_flake8() -> None:
