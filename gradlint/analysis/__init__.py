@@ -10,6 +10,7 @@ from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
 from gradlint.analysis.dtypes import TensorDtypes
+from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Leaves
@@ -107,6 +108,11 @@ class ModuleAnalysis:
     def freed_graphs(self) -> FreedGraphs:
         """Backward calls that run through a graph an earlier backward freed."""
         return FreedGraphs(self.collected, self.events, self.values)
+
+    @cached_property
+    def evaluation(self) -> Evaluation:
+        """Evaluation code: model calls in eval regions that run with autograd recording."""
+        return Evaluation(self.collected, self.roles, self.events, self.values, self.callers)
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

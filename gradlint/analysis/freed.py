@@ -14,15 +14,14 @@ Values of unknown origin hold no nodes: when in doubt, nothing is reported.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
+from gradlint.analysis.forwards import constructs, fetches_module
 from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.roles import MODULE_PASSTHROUGH
 from gradlint.analysis.steps import EventIndex, Kind
 from gradlint.analysis.values import (
     DETACHING_METHODS,
@@ -34,8 +33,6 @@ from gradlint.analysis.values import (
 )
 
 Nodes = frozenset[int]
-# Calls that hand back a module rather than run it: `accelerator.unwrap_model(model)`.
-ACCESSOR = re.compile(r"(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
 JUMPS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 
 
@@ -133,7 +130,7 @@ class FreedGraphs:
             return True
         if (self.collected.imports.resolve(func) or "").startswith("torch.") and name in NON_GRAD_TORCH:
             return True
-        if name is not None and ACCESSOR.fullmatch(name):
+        if fetches_module(call):
             return True
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         return helper is not None and self.values.returns_grad(helper) == (False, False)
@@ -152,7 +149,7 @@ class _Walker:
         self.found: list[Reuse] = []
         self.counter = 0
         self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
-        self.parameters = _backpropagated_parameters(scope, graphs.values.backprop_keys(scope))
+        self.parameters = _parameters(scope)
         self.freed_by: dict[int, cst.Call] = {}
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
 
@@ -265,6 +262,10 @@ class _Walker:
             return state
         kind, value, keeps_graph = found
         nodes = self._read_nodes(value, state)
+        key = dotted_name(value)
+        if key in self.parameters and key not in state.env:
+            # Ex) def step(loss): loss.backward() ... loss.backward(): the caller's one graph.
+            nodes |= {self.outside.setdefault(key, -len(self.outside) - 1)}
         reused = nodes & state.freed
         if reused:
             self.found.append(Reuse(call, kind, self.freed_by[min(reused)]))
@@ -283,9 +284,7 @@ class _Walker:
         # an operation that keeps history (an unknown layer: `self.model.head(features)`).
         read = self._read_nodes(value, state)
         flags = {key: bool(nodes) for key, nodes in state.env.items()}
-        calls = [
-            item for item in self.graphs.graph_reads(value) if isinstance(item, cst.Call) and not _constructs(item)
-        ]
+        calls = [item for item in self.graphs.graph_reads(value) if isinstance(item, cst.Call) and not constructs(item)]
         if not read and not any(self.graphs.values.evaluate(call, flags, self.scope) for call in calls):
             return frozenset()
         return read | self._fresh()
@@ -297,9 +296,6 @@ class _Walker:
                 continue
             if key in state.env:
                 nodes |= state.env[key]
-            elif key in self.parameters:
-                # A parameter the scope never rebinds holds the caller's one value throughout.
-                nodes.add(self.outside.setdefault(key, -len(self.outside) - 1))
         return frozenset(nodes)
 
     def _fresh(self) -> Nodes:
@@ -339,31 +335,16 @@ def _refine(test: cst.BaseExpression, state: _State) -> tuple[_State, _State]:
     return (empty, state) if negated else (state, empty)
 
 
-def _backpropagated_parameters(scope: Scope, backprop_keys: frozenset[str]) -> frozenset[str]:
+def _parameters(scope: Scope) -> frozenset[str]:
     if not isinstance(scope, cst.FunctionDef):
         return frozenset()
     params = scope.params
-    names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
-    return frozenset(names & backprop_keys)
+    return frozenset(param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params))
 
 
 def _calls_own_method(call: cst.Call) -> bool:
     func = call.func
     return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
-
-
-def _constructs(call: cst.Call) -> bool:
-    # Net().to(device) and nn.Linear(4, 2) build a module; the name guess in `roles` may
-    # still call them models, but they hold no graph.
-    base: cst.BaseExpression = call
-    while (
-        isinstance(base, cst.Call)
-        and isinstance(base.func, cst.Attribute)
-        and base.func.attr.value in MODULE_PASSTHROUGH
-    ):
-        base = base.func.value
-    name = last_name(base.func) if isinstance(base, cst.Call) else None
-    return name is not None and name[:1].isupper()
 
 
 def _keeps_graph(call: cst.Call) -> bool:

@@ -1,0 +1,199 @@
+"""Evaluation code: the regions of a module that run a model without wanting its gradients.
+
+Two kinds of region are evaluation code:
+
+- from `model.eval()` (or `model.train(False)`) to the next `model.train()` of the same
+  scope, in source order;
+- the whole body of a function that iterates a loader (`for x, y in val_loader`) and
+  never backpropagates, steps, clears or clips (same-module helpers included), is not
+  named like training or gradient code (`train_epoch`, `fgsm_attack`, `saliency`),
+  is not a method of an `nn.Module` and does not return a graph.
+
+A region that backpropagates, steps, calls `torch.autograd.grad`, asks for gradients
+(`x.requires_grad_()`, `x.requires_grad = True`, `torch.enable_grad()`) or switches the
+grad mode by a plain call (`torch.set_grad_enabled(False)`) wants, or may want,
+gradients: it is not evaluation code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradlint.analysis.callers import CallerGradMode
+from gradlint.analysis.collect import Collected, GradMode, Loop, Scope
+from gradlint.analysis.forwards import ForwardCalls
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.steps import EventIndex
+from gradlint.analysis.values import GradValues
+
+TRAINING_NAME = re.compile(
+    r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|loss|attack|advers|perturb|saliency|grad|explain"
+    r"|attribut|fgsm|pgd|finetune|distill).*"
+)
+LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_)?(dl|ds|set|split)s?")
+ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "islice", "progress_bar", "trange"})
+GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "requires_grad_"})
+END = 1 << 62
+MAX_CALLER_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Region:
+    """Part of a scope, by traversal order, that evaluates a model."""
+
+    scope: Scope
+    start: int
+    end: int
+    over_loader: bool  # only loops over a loader count (a function found by its shape)
+
+
+class Evaluation:
+    """Finds model calls in evaluation code that run with autograd recording."""
+
+    def __init__(
+        self,
+        collected: Collected,
+        roles: Roles,
+        events: EventIndex,
+        values: GradValues,
+        callers: CallerGradMode,
+    ) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.events = events
+        self.values = values
+        self.callers = callers
+        self.forwards = ForwardCalls(collected, roles)
+        self._calls: dict[Scope, list[cst.Call]] = {}
+        for call in collected.calls:
+            self._calls.setdefault(collected.contexts[call].scope, []).append(call)
+
+    def graph_building_forwards(self) -> list[cst.Call]:
+        """The first model call of each evaluation `for` loop that runs outside no_grad, in source order."""
+        first: dict[Loop, cst.Call] = {}
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        for scope in scopes:
+            for region in self.regions(scope):
+                if self._wants_gradients(region):
+                    continue
+                for call in self._forwards_in(region):
+                    loop = self.collected.contexts[call].loops[-1]
+                    if loop not in first or self.collected.order[call] < self.collected.order[first[loop]]:
+                        first[loop] = call
+        return sorted(first.values(), key=self.collected.order.__getitem__)
+
+    def regions(self, scope: Scope) -> list[Region]:
+        """The evaluation regions of one scope."""
+        calls = self._calls.get(scope, [])
+        order = self.collected.order
+        found = []
+        for call in calls:
+            if self._switches_model(call, to_eval=True):
+                ends = [order[other] for other in calls if order[other] > order[call] and self._switches_model(other)]
+                found.append(Region(scope, order[call], min(ends, default=END), over_loader=False))
+        if not found and isinstance(scope, cst.FunctionDef) and self._evaluates_by_shape(scope):
+            found.append(Region(scope, 0, END, over_loader=True))
+        return found
+
+    def _switches_model(self, call: cst.Call, to_eval: bool = False) -> bool:
+        # Ex) model.eval()  /  model.train(False)  /  self.train()
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("eval", "train"):
+            return False
+        if not self._is_model(func.value, call):
+            return False
+        if func.attr.value == "eval":
+            return to_eval and not call.args  # eval(...) with arguments is not nn.Module.eval()
+        first = call.args[0].value if call.args else None
+        turns_off = isinstance(first, cst.Name) and first.value == "False"
+        return turns_off == to_eval
+
+    def _is_model(self, node: cst.BaseExpression, call: cst.Call) -> bool:
+        if isinstance(node, cst.Name) and node.value == "self":
+            owner = self.collected.contexts[call].class_def
+            return owner is not None and self.roles.is_model_class(owner)
+        return self.roles.role(node) is Role.MODEL
+
+    def _evaluates_by_shape(self, function: cst.FunctionDef) -> bool:
+        if TRAINING_NAME.fullmatch(function.name.value):
+            return False
+        owner = self.collected.owners.get(function)
+        if owner is not None and self.roles.is_model_class(owner):
+            return False  # a module's own methods (forward over its layers) are not evaluation code
+        if self.events.scope_events(function):
+            return False
+        return not self.values.returns_grad(function)[0]
+
+    def _wants_gradients(self, region: Region) -> bool:
+        order = self.collected.order
+        for event in self.events.scope_events(region.scope):
+            if region.start < order[event.site] < region.end:
+                return True
+        for call in self._calls.get(region.scope, []):
+            if region.start < order[call] < region.end and _asks_for_gradients(call):
+                return True
+        return any(
+            _enables_requires_grad(statement)
+            for statement in self.collected.statements
+            if self.collected.contexts[statement].scope is region.scope and region.start < order[statement] < region.end
+        )
+
+    def _forwards_in(self, region: Region) -> list[cst.Call]:
+        order = self.collected.order
+        found = []
+        for call in self._calls.get(region.scope, []):
+            context = self.collected.contexts[call]
+            # Only `for` loops: GL009's file filter looks for "for".
+            if not any(isinstance(loop, cst.For) for loop in context.loops):
+                continue
+            if not region.start < order[call] < region.end:
+                continue
+            if region.over_loader and not any(_iterates_loader(loop) for loop in context.loops):
+                continue
+            if self._records(call) and self.forwards.is_forward(call):
+                found.append(call)
+        return found
+
+    def _records(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether `node` may run with grad recording: not under no_grad, nor only called from there."""
+        context = self.collected.contexts[node]
+        if context.grad_mode is not GradMode.ENABLED:
+            return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
+        sites = self.callers.call_sites(context.function) if context.function is not None else []
+        return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
+
+
+def _asks_for_gradients(call: cst.Call) -> bool:
+    name = last_name(call.func)
+    if name not in GRAD_SWITCHES and not (dotted_name(call.func) or "").endswith("autograd.grad"):
+        return False
+    if name == "requires_grad_" and call.args:
+        value = call.args[0].value
+        return not (isinstance(value, cst.Name) and value.value == "False")
+    return True
+
+
+def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
+    # Ex) images.requires_grad = True
+    if not isinstance(statement, cst.Assign):
+        return False
+    value = statement.value
+    return (
+        isinstance(value, cst.Name)
+        and value.value == "True"
+        and any(last_name(target.target) == "requires_grad" for target in statement.targets)
+    )
+
+
+def _iterates_loader(loop: Loop) -> bool:
+    if not isinstance(loop, cst.For):
+        return False
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITERATION_WRAPPERS and iterable.args:
+        iterable = iterable.args[0].value
+    name = last_name(iterable)
+    return name is not None and LOADER_NAME.fullmatch(name) is not None

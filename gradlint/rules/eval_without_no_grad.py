@@ -1,0 +1,59 @@
+"""GL009: an evaluation or inference loop that runs the model with autograd recording."""
+
+from __future__ import annotations
+
+from gradlint.rule import Rule
+
+
+class EvalWithoutNoGrad(Rule):
+    """Checks for evaluation and inference loops that run the model outside `torch.no_grad()`.
+
+    Why is this bad?
+    `model.eval()` only switches layers such as dropout and batch norm to inference
+    behaviour; it does not stop autograd. Outside `torch.no_grad()` or
+    `torch.inference_mode()`, every forward pass of an evaluation loop still records a
+    graph and keeps the activations it needs for a backward that never comes: evaluation
+    takes more time and memory than it should (often `CUDA out of memory` on a batch
+    size that trains fine), and predictions collected in a list keep their graphs
+    alive. Nothing raises. Wrap the loop in `with torch.no_grad():` (or
+    `torch.inference_mode()`), or decorate the evaluation function with
+    `@torch.no_grad()`.
+
+    Evaluation code is a loop after `model.eval()` (up to the next `model.train()`), or
+    a function that runs the model over a loader and never backpropagates or steps.
+    Loops inside `no_grad`/`inference_mode` blocks or decorated functions, Lightning's
+    `validation_step`/`test_step`/`predict_step`, training code, and code that wants
+    gradients with respect to the inputs (saliency maps, adversarial examples:
+    `x.requires_grad_()`, `torch.autograd.grad`) are fine and not reported.
+
+    Known problems
+    A `no_grad` context entered by a caller in another module is not seen.
+
+    References
+    https://pytorch.org/docs/stable/generated/torch.no_grad.html
+    """
+
+    code = "GL009"
+    name = "eval-without-no-grad"
+    message = (
+        "the model runs outside torch.no_grad() in evaluation code, "
+        "recording a graph that is never used and wasting memory and time"
+    )
+    requires = (b"for",)
+    example = """
+        model.eval()
+        for x, y in val_loader:
+            preds = model(x).argmax(dim=1)
+            correct += (preds == y).sum().item()
+    """
+    use_instead = """
+        model.eval()
+        with torch.no_grad():
+            for x, y in val_loader:
+                preds = model(x).argmax(dim=1)
+                correct += (preds == y).sum().item()
+    """
+
+    def check_module(self) -> None:
+        for call in self.analysis.evaluation.graph_building_forwards():
+            self.report(call)
