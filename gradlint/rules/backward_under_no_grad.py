@@ -31,6 +31,10 @@ class BackwardUnderNoGrad(Rule):
     outside it, and is not reported. Do not silence the error with
     `loss.requires_grad_()`: the error goes away and nothing learns.
 
+    Known problems
+    A loss computed under `no_grad` by a function of another module, or mixed with a
+    value of unknown origin (a parameter of the function), is not reported.
+
     References
     https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation
     """

@@ -25,6 +25,9 @@ class LateRetainGrad(Rule):
     A `retain_grad()` followed by another backward pass (a second loss, the next
     iteration over the same tensor) is not reported.
 
+    Known problems
+    A backward pass that a caller runs after the function returns is not seen.
+
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.retain_grad.html
     """

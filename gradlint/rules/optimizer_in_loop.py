@@ -35,6 +35,10 @@ class OptimizerInLoop(Rule):
     under an `if` (a lazy or periodic rebuild) or over parameters created in the same
     iteration (a fresh latent or adversarial perturbation optimized for one step).
 
+    Known problems
+    Optimizers built by a factory in another module are not seen. A function is taken
+    for one training step only when its name says so (`training_step`, `train_batch`).
+
     References
     https://pytorch.org/docs/stable/optim.html#constructing-it
     """
@@ -45,7 +49,7 @@ class OptimizerInLoop(Rule):
         "an optimizer or GradScaler is built inside the training loop, "
         "so its state (momentum, Adam moments, loss scale) restarts every step"
     )
-    requires = (b"step",)
+    requires = (b"backward", b"step")
     example = """
         for x, y in loader:
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
