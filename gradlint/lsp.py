@@ -19,10 +19,12 @@ from pygls.workspace import PositionCodec, TextDocument
 from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
+from gradlint.fix import fix_source
 from gradlint.fixes import LINE_BREAK
 from gradlint.rule import Diagnostic, Fix, all_rules
 
 SOURCE = "gradlint"
+FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.gradlint"
 PYTHON_SUFFIXES = (".py", ".pyi")
 # A suppression comment that lists codes; a new code is appended to the list.
 NOQA_CODES = re.compile(r"#\s*noqa:\s?[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
@@ -79,10 +81,13 @@ def _is_python(document: TextDocument) -> bool:
     return document.language_id == "python" or document.uri.endswith(PYTHON_SUFFIXES)
 
 
+def _path(document: TextDocument) -> Path:
+    return Path(document.path or document.uri)  # an unsaved `untitled:` document has no path
+
+
 def lint_document(ls: GradlintServer, document: TextDocument) -> list[Diagnostic]:
     """The document's findings under its workspace's config; raises ConfigError or OSError."""
-    path = Path(document.path or document.uri)  # an unsaved `untitled:` document has no path
-    return lint_source(document.source, str(path), ls.config_for(path))
+    return lint_source(document.source, str(_path(document)), ls.config_for(_path(document)))
 
 
 def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
@@ -194,9 +199,24 @@ def _overlaps(first: types.Range, second: types.Range) -> bool:
 
 @server.feature(
     types.TEXT_DOCUMENT_CODE_ACTION,
-    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL]),
 )
 def code_action(ls: GradlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """Quick fixes for the findings in the range, and applying every safe fix of the document."""
+    only = params.context.only
+    actions = _quick_fixes(ls, params) if _wanted(only, types.CodeActionKind.QuickFix.value) else []
+    if _wanted(only, FIX_ALL):
+        actions.extend(_fix_all(ls, params.text_document.uri))
+    return actions
+
+
+def _wanted(only: Sequence[types.CodeActionKind | str] | None, kind: str) -> bool:
+    # Ex) only=["source"] asks for every source action, ours (`source.fixAll.gradlint`) too.
+    prefixes = [getattr(wanted, "value", wanted) for wanted in only or ()]
+    return only is None or any(kind == prefix or kind.startswith(f"{prefix}.") for prefix in prefixes)
+
+
+def _quick_fixes(ls: GradlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     """For each finding in the range: its fix, if it has one, and a `# noqa` comment."""
     uri = params.text_document.uri
     document = ls.workspace.get_text_document(uri)
@@ -212,9 +232,31 @@ def code_action(ls: GradlintServer, params: types.CodeActionParams) -> list[type
             continue
         if diagnostic.fix is not None:
             actions.append(_fix_action(document, diagnostic.fix, lsp_diagnostic))
-        if diagnostic.code != PARSE_ERROR[0]:
+        if diagnostic.code not in (PARSE_ERROR[0], INTERNAL_ERROR[0]):
             actions.append(_noqa_action(document, diagnostic, lsp_diagnostic))
     return actions
+
+
+def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:
+    """One action replacing the document by its text with every safe fix applied, if any applies."""
+    document = ls.workspace.get_text_document(uri)
+    if not _is_python(document):
+        return []
+    try:
+        fixed = fix_source(document.source, str(_path(document)), ls.config_for(_path(document)))
+    except (ConfigError, OSError):
+        return []  # reported when the document was linted
+    if not fixed.applied:
+        return []
+    lines = _lines(document)
+    whole = to_range(lines, document.position_codec, (1, 1, len(lines), len(lines[-1]) + 1))
+    return [
+        types.CodeAction(
+            title="gradlint: apply all safe fixes",
+            kind=FIX_ALL,
+            edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=whole, new_text=fixed.text)]}),
+        )
+    ]
 
 
 def _fix_action(document: TextDocument, fix: Fix, diagnostic: types.Diagnostic) -> types.CodeAction:

@@ -234,6 +234,18 @@ def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
         assert hover.contents.value.startswith("GL001 loss-accumulation")
         assert "Why is this bad?" in hover.contents.value
 
+        fix_all = await editor.client.text_document_code_action_async(
+            types.CodeActionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                range=point(0),
+                context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.SourceFixAll]),
+            )
+        )
+        assert fix_all is not None and [action.kind for action in fix_all] == ["source.fixAll.gradlint"]
+        assert isinstance(fix_all[0], types.CodeAction) and fix_all[0].edit and fix_all[0].edit.changes
+        [whole] = fix_all[0].edit.changes[uri]
+        assert whole.new_text == BUGGY.replace("total += loss ", "total += loss.item() ")
+
         editor.change(uri, fix.new_text, where=fix.range)
         assert await editor.diagnostics(uri) == []
         await editor.stop()
