@@ -36,6 +36,15 @@ ELEMENTWISE = frozenset(
 FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"})
 ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.FloorDivide, cst.Modulo)
 MODEL_LIBRARIES = ("torch.nn.", "nn.", "torchvision.models.", "timm.")
+# Modules that return tuples or reshape in ways the source does not show.
+SHAPE_UNCLEAR_MODULES = frozenset({"LSTM", "GRU", "RNN", "MultiheadAttention", "Flatten", "Unflatten", "ModuleList"})
+ELEMENTWISE_MODULES = frozenset(
+    {
+        "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "Dropout", "LeakyReLU", "ELU",
+        "Identity", "Softplus", "Mish", "Hardtanh", "ReLU6", "PReLU", "BatchNorm1d", "LayerNorm",
+    }
+)  # fmt: skip
+ONE_OUTPUT_KEYWORDS = frozenset({"out_features", "num_classes", "out_channels", "output_size"})
 
 
 class Shape(Enum):
@@ -172,9 +181,21 @@ class Shapes:
         if cls is not None:
             forward = self._methods.get((cls, "forward"))
             return self.returned_shape(forward) if forward is not None else Shape.UNKNOWN
-        if qualified.startswith(MODEL_LIBRARIES) and qualified.rsplit(".", 1)[-1][:1].isupper():
-            return Shape.NON_SCALAR
-        return Shape.UNKNOWN
+        return self._shape_of_library_model(constructor, qualified)
+
+    def _shape_of_library_model(self, constructor: cst.Call, qualified: str) -> Shape:
+        # Ex) nn.Linear(64, 10)  /  nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+        name = qualified.rsplit(".", 1)[-1]
+        if not qualified.startswith(MODEL_LIBRARIES) or not name[:1].isupper() or name in SHAPE_UNCLEAR_MODULES:
+            return Shape.UNKNOWN
+        if name == "Sequential":
+            layers = [arg.value for arg in constructor.args if arg.keyword is None and isinstance(arg.value, cst.Call)]
+            shaping = [layer for layer in layers if last_name(layer.func) not in ELEMENTWISE_MODULES]
+            if not shaping or len(layers) < len(constructor.args):
+                return Shape.UNKNOWN  # empty, or built from a list or variables
+            return self._shape_of_library_model(shaping[-1], self.roles.imports.resolve(shaping[-1].func) or "")
+        # One output unit gives one element for an unbatched input (a single RL state).
+        return Shape.UNKNOWN if _one_output(constructor) else Shape.NON_SCALAR
 
     def returned_shape(self, function: cst.FunctionDef) -> Shape:
         """The shape every `return` of a same-module function agrees on."""
@@ -188,6 +209,16 @@ class Shapes:
             shapes = [self.shape(r.value, r) if r.value is not None else Shape.UNKNOWN for r in returns]
             self._returns[function] = agree(shapes) if shapes else Shape.UNKNOWN
         return self._returns[function]
+
+
+def _one_output(constructor: cst.Call) -> bool:
+    """`nn.Linear(64, 1)`, `resnet18(num_classes=1)`: a single output unit."""
+    positional = [arg.value for arg in constructor.args if arg.keyword is None]
+    keywords = {arg.keyword.value: arg.value for arg in constructor.args if arg.keyword is not None}
+    candidates = [value for key, value in keywords.items() if key in ONE_OUTPUT_KEYWORDS]
+    if last_name(constructor.func) in ("Linear", "LazyLinear", "Bilinear") and positional:
+        candidates.append(positional[-1])
+    return any(isinstance(value, cst.Integer) and value.value == "1" for value in candidates)
 
 
 def _reduces_nothing(call: cst.Call) -> bool:
