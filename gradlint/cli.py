@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from gradlint import __version__
 from gradlint.cache import CACHE_DIR
 from gradlint.config import Config, ConfigError, load_config
 from gradlint.engine import INTERNAL_ERROR, lint_paths
-from gradlint.fix import fix_paths
+from gradlint.fix import FileFix, fix_paths
 from gradlint.formats import formats, text
 from gradlint.rule import Diagnostic, all_rules
 from gradlint.source import SourceLines
@@ -92,12 +93,12 @@ def check(
     except ConfigError as error:
         click.echo(f"gradlint: error: {error}", err=True)
         sys.exit(EXIT_ERROR)
+    cache = None if no_cache else config.root / CACHE_DIR
     if show_diff:
-        sys.exit(_show_diff(targets, config, unsafe_fixes, quiet))
+        sys.exit(_show_diff(fix_paths(targets, config, unsafe_fixes, write=False, jobs=jobs, cache=cache), quiet))
     if apply_fixes:
-        diagnostics = _apply_fixes(targets, config, unsafe_fixes, quiet)
+        diagnostics = _apply_fixes(fix_paths(targets, config, unsafe_fixes, jobs=jobs, cache=cache), quiet)
     else:
-        cache = None if no_cache else config.root / CACHE_DIR
         diagnostics = sorted(lint_paths(targets, config, jobs=jobs, cache=cache))
     render = partial(text.render, source_line=SourceLines().line) if show_source else formats()[output_format]
     click.echo(render(diagnostics), nl=False)
@@ -106,9 +107,9 @@ def check(
     sys.exit(exit_code(diagnostics, exit_zero))
 
 
-def _show_diff(targets: list[Path], config: Config, unsafe: bool, quiet: bool) -> int:
+def _show_diff(fixing: Iterable[FileFix], quiet: bool) -> int:
     """Print what --fix would change; 1 when it would change something."""
-    results = list(fix_paths(targets, config, unsafe, write=False))
+    results = list(fixing)
     click.echo("".join(result.diff() for result in results), nl=False)
     fixes = sum(result.applied for result in results)
     if not quiet:
@@ -116,9 +117,9 @@ def _show_diff(targets: list[Path], config: Config, unsafe: bool, quiet: bool) -
     return EXIT_FINDINGS if any(result.changed for result in results) else EXIT_CLEAN
 
 
-def _apply_fixes(targets: list[Path], config: Config, unsafe: bool, quiet: bool) -> list[Diagnostic]:
+def _apply_fixes(fixing: Iterable[FileFix], quiet: bool) -> list[Diagnostic]:
     """Fix files in place; the findings that remain."""
-    results = list(fix_paths(targets, config, unsafe))
+    results = list(fixing)
     for result in results:
         if result.skipped:
             click.echo(f"gradlint: {result.path}: not fixed: {result.skipped}", err=True)

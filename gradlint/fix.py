@@ -25,7 +25,6 @@ import libcst as cst
 from gradlint import notebook
 from gradlint.config import Config
 from gradlint.engine import lint_notebook, lint_paths, lint_source
-from gradlint.files import SOURCE_SUFFIXES, Missing, discover
 from gradlint.fixes import LINE_BREAK
 from gradlint.rule import Diagnostic, Edit, Fix
 
@@ -72,14 +71,28 @@ class FileFix:
         )
 
 
-def fix_paths(paths: Iterable[Path], config: Config, unsafe: bool = False, write: bool = True) -> Iterator[FileFix]:
-    """Fix every file `lint_paths` would lint; with `write=False` compute the changes only."""
-    for item in discover(list(paths), config):
-        if isinstance(item, Missing) or not item.name.endswith(SOURCE_SUFFIXES):
-            where = Path(item.path) if isinstance(item, Missing) else item
-            yield FileFix(str(where), remaining=list(lint_paths([where], config)))
+def fix_paths(
+    paths: Iterable[Path],
+    config: Config,
+    unsafe: bool = False,
+    write: bool = True,
+    *,
+    jobs: int | None = None,
+    cache: Path | None = None,
+) -> Iterator[FileFix]:
+    """Fix every file with findings under `paths`; with `write=False` compute the changes only.
+
+    The files are linted first as `lint_paths` does (in parallel, through the cache);
+    only those with a fix to apply are read again and fixed.
+    """
+    found: dict[str, list[Diagnostic]] = {}
+    for diagnostic in lint_paths(paths, config, jobs=jobs, cache=cache):
+        found.setdefault(diagnostic.path, []).append(diagnostic)
+    for path, diagnostics in found.items():
+        if any(d.fix is not None and (d.fix.safe or unsafe) for d in diagnostics):
+            yield fix_file(Path(path), config, unsafe, write)
         else:
-            yield fix_file(item, config, unsafe, write)
+            yield FileFix(path, remaining=diagnostics)
 
 
 def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = True) -> FileFix:
