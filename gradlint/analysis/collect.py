@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import cache
 
 import libcst as cst
 
@@ -98,28 +100,46 @@ class Collector(cst.CSTVisitor):
         self.statements: list[cst.CSTNode] = []
         self.counter = 0
 
+    # The four hooks below do what CSTVisitor's do, with the per-type work (isinstance
+    # against LibCST's abstract bases, hook lookups by formatted name) done once per type:
+    # this traversal runs on every node of every linted file.
+
     def on_visit(self, node: cst.CSTNode) -> bool:
-        kind = type(node).__name__
-        if kind in self.wanted_types:
-            self.result.by_type.setdefault(kind, []).append(node)
-        if isinstance(node, (cst.Call, cst.BaseSmallStatement, cst.With, cst.If, cst.For, cst.While)):
+        traits = _traits(type(node))
+        if traits.name in self.wanted_types:
+            self.result.by_type.setdefault(traits.name, []).append(node)
+        if traits.has_context:
             self.result.contexts[node] = self.context
-        if isinstance(node, (cst.For, cst.While, cst.FunctionDef)):
+        if traits.ordered_on_visit:
             self.counter += 1
             self.result.order[node] = self.counter
-        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        if traits.statement:
             self.statements.append(node)
-        elif isinstance(node, cst.Call) and self.statements:
+        elif traits.call and self.statements and isinstance(node, cst.Call):
             self.result.statement_of[node] = self.statements[-1]
-        return super().on_visit(node)
+        hook = _hook(type(self), type(node), "visit_", "")
+        return hook is None or hook(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        traits = _traits(type(original_node))
+        if traits.statement:
             self.statements.pop()
-        if isinstance(original_node, (cst.Call, cst.BaseSmallStatement)):
+        if traits.ordered_on_leave:
             self.counter += 1
             self.result.order[original_node] = self.counter
-        super().on_leave(original_node)
+        hook = _hook(type(self), type(original_node), "leave_", "")
+        if hook is not None:
+            hook(self, original_node)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        hook = _hook(type(self), type(node), "visit_", attribute)
+        if hook is not None:
+            hook(self, node)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        hook = _hook(type(self), type(original_node), "leave_", attribute)
+        if hook is not None:
+            hook(self, original_node)
 
     def _push(self, context: Context) -> None:
         self.stack.append(self.context)
@@ -205,6 +225,40 @@ class Collector(cst.CSTVisitor):
 
     def leave_With_body(self, node: cst.With) -> None:
         self._pop()
+
+
+@dataclass(frozen=True)
+class _Traits:
+    """What the collector records for nodes of one type."""
+
+    name: str
+    has_context: bool
+    ordered_on_visit: bool
+    statement: bool
+    call: bool
+    ordered_on_leave: bool
+
+
+@cache
+def _traits(kind: type[cst.CSTNode]) -> _Traits:
+    return _Traits(
+        name=kind.__name__,
+        has_context=issubclass(kind, (cst.Call, cst.BaseSmallStatement, cst.With, cst.If, cst.For, cst.While)),
+        ordered_on_visit=issubclass(kind, (cst.For, cst.While, cst.FunctionDef)),
+        statement=issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)),
+        call=issubclass(kind, cst.Call),
+        ordered_on_leave=issubclass(kind, (cst.Call, cst.BaseSmallStatement)),
+    )
+
+
+@cache
+def _hook(
+    visitor: type[Collector], kind: type[cst.CSTNode], prefix: str, attribute: str
+) -> Callable[[Collector, cst.CSTNode], object] | None:
+    """The visitor's `visit_Kind`/`leave_Kind` (or `visit_Kind_attribute`) function, if it has one."""
+    name = f"{prefix}{kind.__name__}_{attribute}" if attribute else f"{prefix}{kind.__name__}"
+    hook: Callable[[Collector, cst.CSTNode], object] | None = getattr(visitor, name, None)
+    return hook
 
 
 def collect(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> Collected:
