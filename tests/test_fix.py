@@ -259,3 +259,9 @@ def test_fixing_any_fixture_yields_code_that_parses_and_needs_no_second_pass(pat
     again = fix_source(once.text, str(path), Config(), unsafe=True)
     assert (again.text, again.applied) == (once.text, 0)
     assert len(once.remaining) <= len(lint_source(path.read_text(), str(path)))
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+@pytest.mark.parametrize("source", [GL003_UPDATE, GL007_AMP], ids=["GL003", "GL007"])
+def test_inserted_lines_use_the_file_line_ending(source: str, newline: str) -> None:
+    assert fixed(source.replace("\n", newline)) == fixed(source).replace("\n", newline)
