@@ -97,11 +97,27 @@ class TensorDtypes:
             return DtypeKind.FLOATING
         if name in FROM_DATA and positional:
             return literal_dtype(positional[0])
+        at = self.collected.statement_of.get(call)
         if name in RANGES and positional:
-            return _combine(literal_dtype(arg) for arg in positional)
+            return _combine(self._number_dtype(arg, at) for arg in positional)
         if name == "full" and len(positional) > 1:
-            return literal_dtype(positional[1])
+            return self._number_dtype(positional[1], at)
         return None
+
+    def _number_dtype(self, node: cst.BaseExpression, at: cst.CSTNode | None) -> DtypeKind | None:
+        # Ex) LENGTH = 32 ... torch.arange(LENGTH): a name bound to a number literal.
+        if not isinstance(node, cst.Name) or at is None:
+            return literal_dtype(node)
+        function = self.collected.contexts[at].function
+        if function is not None and node.value in {param.name.value for param in function.params.params}:
+            return None
+        source = self._latest_assignment(node, at) or self._module_constant(node.value)
+        return literal_dtype(source.value) if source is not None else None
+
+    def _module_constant(self, key: str) -> cst.Assign | None:
+        module = self.collected.module
+        bound = [s for s in self._assignments.get(key, []) if self.collected.contexts[s].scope is module]
+        return bound[0] if len(bound) == 1 else None
 
     def dtype_kind(self, dtype: cst.BaseExpression) -> DtypeKind | None:
         """INTEGRAL for `torch.long`, `torch.bool`, ...; FLOATING for `torch.float16`, ...; else None."""
