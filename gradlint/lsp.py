@@ -8,7 +8,9 @@ again whenever that file changes.
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -87,7 +89,18 @@ def _path(document: TextDocument) -> Path:
 
 def lint_document(ls: GradlintServer, document: TextDocument) -> list[Diagnostic]:
     """The document's findings under its workspace's config; raises ConfigError or OSError."""
-    return lint_source(document.source, str(_path(document)), ls.config_for(_path(document)))
+    source = document.source
+    return lint_source(source.encode(declared_encoding(source)), str(_path(document)), ls.config_for(_path(document)))
+
+
+def declared_encoding(source: str) -> str:
+    """The encoding a PEP 263 cookie declares (else UTF-8), so the engine decodes the text it was given."""
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(source.encode("utf-8")).readline)[0]
+        source.encode(encoding)
+    except (SyntaxError, UnicodeEncodeError):  # an unknown cookie, or text the file could not hold
+        return "utf-8"
+    return "utf-8" if encoding == "utf-8-sig" else encoding
 
 
 def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
@@ -243,7 +256,9 @@ def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:
     if not _is_python(document):
         return []
     try:
-        fixed = fix_source(document.source, str(_path(document)), ls.config_for(_path(document)))
+        source = document.source
+        config = ls.config_for(_path(document))
+        fixed = fix_source(source, str(_path(document)), config, encoding=declared_encoding(source))
     except (ConfigError, OSError):
         return []  # reported when the document was linted
     if not fixed.applied:

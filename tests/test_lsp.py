@@ -181,6 +181,14 @@ def test_did_open_publishes_the_engine_findings(tmp_path: Path) -> None:
     assert [(d.code, d.range.start.line) for d in published.diagnostics] == [("GL001", LEAK_LINE)]
 
 
+def test_a_document_declaring_latin1_is_linted_with_exact_columns(tmp_path: Path) -> None:
+    text = "# -*- coding: latin-1 -*-\n" + BUGGY.replace("        total += loss", "        é = 1; total += loss")
+    ls = FakeServer(tmp_path)
+    open_in(ls, tmp_path / "train.py", text)
+    [diagnostic] = ls.published[0].diagnostics
+    assert diagnostic.range.start == types.Position(line=LEAK_LINE + 1, character=len("        é = 1; "))
+
+
 def test_a_broken_config_is_shown_once_and_lints_nothing(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\nselect = 3\n")
     ls = FakeServer(tmp_path)
