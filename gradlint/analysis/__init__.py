@@ -130,11 +130,10 @@ class ModuleAnalysis:
     def statements_in(self, region: Loop | cst.FunctionDef) -> list[cst.BaseSmallStatement]:
         """The simple statements of a loop's body or a function's own body, in order."""
         if region not in self._statements_in:
-            contexts = self.collected.contexts
             if isinstance(region, cst.FunctionDef):
-                found = [s for s in self.collected.statements if contexts[s].scope is region]
+                found = self.collected.statements_in_scope(region)
             else:
-                found = [s for s in self.collected.statements if region in contexts[s].loops]
+                found = self.collected.statements_in_loop(region)
             self._statements_in[region] = found
         return self._statements_in[region]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from functools import cache
+from functools import cache, cached_property
 
 import libcst as cst
 
@@ -87,6 +87,30 @@ class Collected:
     def_scopes: dict[cst.FunctionDef, Scope] = field(default_factory=dict)
     owners: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     statement_of: dict[cst.Call, cst.CSTNode] = field(default_factory=dict)
+
+    def statements_in_scope(self, scope: Scope) -> list[cst.BaseSmallStatement]:
+        """The simple statements whose innermost function (or the module) is `scope`, in order."""
+        return self._statements_by_scope.get(scope, [])
+
+    def statements_in_loop(self, loop: Loop) -> list[cst.BaseSmallStatement]:
+        """The simple statements anywhere inside `loop`'s body, in order."""
+        return self._statements_by_loop.get(loop, [])
+
+    # Indexed once: scanning every statement of the module per region is quadratic.
+    @cached_property
+    def _statements_by_scope(self) -> dict[Scope, list[cst.BaseSmallStatement]]:
+        grouped: dict[Scope, list[cst.BaseSmallStatement]] = {}
+        for statement in self.statements:
+            grouped.setdefault(self.contexts[statement].scope, []).append(statement)
+        return grouped
+
+    @cached_property
+    def _statements_by_loop(self) -> dict[Loop, list[cst.BaseSmallStatement]]:
+        grouped: dict[Loop, list[cst.BaseSmallStatement]] = {}
+        for statement in self.statements:
+            for loop in self.contexts[statement].loops:
+                grouped.setdefault(loop, []).append(statement)
+        return grouped
 
 
 class Collector(cst.CSTVisitor):

@@ -138,8 +138,8 @@ class Evaluation:
                 return True
         return any(
             _enables_requires_grad(statement)
-            for statement in self.collected.statements
-            if self.collected.contexts[statement].scope is region.scope and region.start < order[statement] < region.end
+            for statement in self.collected.statements_in_scope(region.scope)
+            if region.start < order[statement] < region.end
         )
 
     def _forwards_in(self, region: Region) -> list[cst.Call]:

@@ -379,12 +379,8 @@ class Lineages:
             if arg.keyword is not None:
                 inner[arg.keyword.value] = self._trace(arg.value, at, bindings, depth + 1)
         result = NONE
-        for statement in self.collected.statements:
-            if (
-                isinstance(statement, cst.Return)
-                and statement.value is not None
-                and self.collected.contexts[statement].scope is helper
-            ):
+        for statement in self.collected.statements_in_scope(helper):
+            if isinstance(statement, cst.Return) and statement.value is not None:
                 result = result | self._trace(statement.value, statement, inner, depth + 1)
         return result
 

@@ -203,8 +203,8 @@ class Shapes:
             self._returns[function] = Shape.UNKNOWN  # recursion guard
             returns = [
                 statement
-                for statement in self.collected.statements
-                if isinstance(statement, cst.Return) and self.collected.contexts[statement].scope is function
+                for statement in self.collected.statements_in_scope(function)
+                if isinstance(statement, cst.Return)
             ]
             shapes = [self.shape(r.value, r) if r.value is not None else Shape.UNKNOWN for r in returns]
             self._returns[function] = agree(shapes) if shapes else Shape.UNKNOWN

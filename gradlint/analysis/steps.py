@@ -106,6 +106,11 @@ class EventIndex:
             if isinstance(scope, cst.Module)
         }
         self._methods = self._index_methods()
+        self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
+        for function in reversed(self.functions):  # the first definition of a name wins
+            scope = collected.def_scopes[function]
+            if isinstance(scope, cst.FunctionDef):
+                self._nested[(scope, function.name.value)] = function
 
     def _group_by_scope(self) -> dict[Scope, list[cst.CSTNode]]:
         grouped: dict[Scope, list[cst.CSTNode]] = {}
@@ -140,12 +145,7 @@ class EventIndex:
         return None
 
     def _nested_function(self, name: str, scope: Scope) -> cst.FunctionDef | None:
-        if not isinstance(scope, cst.FunctionDef):
-            return None
-        for function in self.functions:
-            if function.name.value == name and self.collected.def_scopes[function] is scope:
-                return function
-        return None
+        return self._nested.get((scope, name)) if isinstance(scope, cst.FunctionDef) else None
 
     def classify(self, node: cst.CSTNode) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
         """(kind, value, via_scaler, retain_graph) for an event node, or None for other nodes."""

@@ -128,10 +128,8 @@ class LossAccumulation(Rule):
         scope = self.analysis.context(statement).scope
         starts = [
             s
-            for s in self.analysis.collected.statements
-            if isinstance(s, cst.Assign)
-            and self.analysis.context(s).scope is scope
-            and any(dotted_name(target.target) == key for target in s.targets)
+            for s in self.analysis.collected.statements_in_scope(scope)
+            if isinstance(s, cst.Assign) and any(dotted_name(target.target) == key for target in s.targets)
         ]
         if not starts or not all(isinstance(s.value, (cst.Integer, cst.Float)) for s in starts):
             return False

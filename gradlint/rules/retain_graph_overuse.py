@@ -113,8 +113,8 @@ class RetainGraphOveruse(Rule):
         scope = self.analysis.context(start.node).scope
         return not any(
             _reads_grad(statement)
-            for statement in self.analysis.collected.statements
-            if low < order[statement] < high and self.analysis.context(statement).scope is scope
+            for statement in self.analysis.collected.statements_in_scope(scope)
+            if low < order[statement] < high
         )
 
 
