@@ -60,6 +60,7 @@ class Notebook:
     cells: tuple[int, ...]  # the 1-based cell index (among all cells) beginning at each start
     masked: tuple[_Masked, ...]  # what each numbered placeholder stands for
     indent: int | None  # the JSON layout of the file, kept when it is rewritten
+    ascii_only: bool  # Jupyter writes non-ASCII as is, other tools as \\u escapes
     final_newline: bool
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
@@ -99,7 +100,7 @@ class Notebook:
             original = _source_text(cell["source"])
             text = text if original.endswith("\n") else text[:-1]
             cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
-        text = json.dumps(document, indent=self.indent, ensure_ascii=False)
+        text = json.dumps(document, indent=self.indent, ensure_ascii=self.ascii_only)
         return (text + "\n" if self.final_newline else text).encode("utf-8")
 
     def _restore(self, line: str) -> str:
@@ -137,11 +138,10 @@ def read_notebook(data: bytes) -> Notebook:
         original.extend(lines)
         code.extend(_python_lines(lines, masked))
     source = "".join(f"{line}\n" for line in code)
-    layout = _INDENT.match(data)
-    indent = len(layout[1]) if layout else None
-    return Notebook(
-        document, source, tuple(original), tuple(starts), tuple(cells), tuple(masked), indent, data.endswith(b"\n")
-    )
+    first_key = _INDENT.match(data)
+    indent = len(first_key[1]) if first_key else None
+    layout = (indent, data.isascii(), data.endswith(b"\n"))
+    return Notebook(document, source, tuple(original), tuple(starts), tuple(cells), tuple(masked), *layout)
 
 
 def _source_text(source: object) -> str:

@@ -166,6 +166,16 @@ def test_rebuilding_unchanged_source_gives_back_the_same_bytes() -> None:
     assert parsed.rebuild(parsed.source) == data
 
 
+@pytest.mark.parametrize("ascii_only", [True, False])
+@pytest.mark.parametrize("indent", [1, 2, None])
+def test_the_json_layout_of_other_writers_is_kept(indent: int | None, ascii_only: bool) -> None:
+    document = json.loads(notebook(LEAKY_LOOP))
+    document["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["étape 1 ✓\n"]}]
+    data = json.dumps(document, indent=indent, ensure_ascii=ascii_only).encode()
+    parsed = read_notebook(data)
+    assert parsed.rebuild(parsed.source) == data
+
+
 def test_a_placeholder_moved_by_a_fix_keeps_the_new_indentation() -> None:
     parsed = read_notebook(notebook("for step in range(3):\n    %time train(step)"))
     wrapped = parsed.source.replace("    pass", "    with torch.no_grad():\n        pass")
