@@ -70,10 +70,12 @@ class Origins:
             for name in names_in(current):
                 if name == key or name.startswith(key + ".") or key.startswith(name + "."):
                     return True
-                if (name, where) in seen:
-                    continue
-                seen.add((name, where))
-                pending.extend((d.value, d.node) for d in self.definitions(name, where) if d is not OUTSIDE)
+                # `out.sum` reads `out`: each prefix may have been assigned.
+                parts = name.split(".")
+                for prefix in (".".join(parts[: index + 1]) for index in range(len(parts))):
+                    if (prefix, where) not in seen:
+                        seen.add((prefix, where))
+                        pending.extend((d.value, d.node) for d in self.definitions(prefix, where) if d is not OUTSIDE)
         return False
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
