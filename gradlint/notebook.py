@@ -60,7 +60,7 @@ class Notebook:
     cells: tuple[int, ...]  # the 1-based cell index (among all cells) beginning at each start
     masked: tuple[_Masked, ...]  # what each numbered placeholder stands for
     indent: int | None  # the JSON layout of the file, kept when it is rewritten
-    ascii_only: bool  # Jupyter writes non-ASCII as is, other tools as \\u escapes
+    ascii_only: bool  # Jupyter writes non-ASCII as is, other tools as \u escapes
     final_newline: bool
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
