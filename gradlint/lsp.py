@@ -8,6 +8,7 @@ again whenever that file changes.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 import tokenize
@@ -26,6 +27,7 @@ from gradlint.fixes import LINE_BREAK
 from gradlint.rule import Diagnostic, Fix, all_rules
 
 SOURCE = "gradlint"
+SETTLE_SECONDS = 0.15
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.gradlint"
 PYTHON_SUFFIXES = (".py", ".pyi")
 # A suppression comment that lists codes; a new code is appended to the list.
@@ -159,9 +161,14 @@ def did_open(ls: GradlintServer, params: types.DidOpenTextDocumentParams) -> Non
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-def did_change(ls: GradlintServer, params: types.DidChangeTextDocumentParams) -> None:
-    """Lint a document on every change (pygls has applied it already)."""
-    publish(ls, params.text_document.uri)
+async def did_change(ls: GradlintServer, params: types.DidChangeTextDocumentParams) -> None:
+    """Lint a document once its changes pause (pygls has applied each one already)."""
+    # Linting a long file takes a good part of a second: a burst of keystrokes is linted
+    # once, at its last version, instead of queueing one lint per keystroke.
+    await asyncio.sleep(SETTLE_SECONDS)
+    uri = params.text_document.uri
+    if ls.workspace.get_text_document(uri).version == params.text_document.version:
+        publish(ls, uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
