@@ -22,17 +22,19 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.forwards import constructs, fetches_module
 from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import EventIndex, Kind
 from gradlint.analysis.values import (
     DETACHING_METHODS,
     NON_GRAD_ATTRIBUTES,
-    NON_GRAD_BUILTINS,
     NON_GRAD_TORCH,
     GradValues,
     names_in,
 )
 
 Nodes = frozenset[int]
+# Builtins whose result keeps the history of their arguments.
+KEEPING_BUILTINS = frozenset({"sum", "max", "min", "abs"})
 JUMPS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 
 
@@ -121,19 +123,23 @@ class FreedGraphs:
                 yield from self.graph_reads(child)
 
     def _cuts_history(self, call: cst.Call) -> bool:
-        # x.detach(), x.item(), float(x), torch.tensor(x), or a same-module helper that detaches.
+        # x.detach(), x.item(), float(x), torch.tensor(x), a same-module helper that detaches,
+        # or a function of another module (`repackage_hidden(h)` may well detach).
         func = call.func
         name = last_name(func)
         if isinstance(func, cst.Attribute) and name in DETACHING_METHODS:
             return True
-        if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
-            return True
-        if (self.collected.imports.resolve(func) or "").startswith("torch.") and name in NON_GRAD_TORCH:
-            return True
+        resolved = self.collected.imports.resolve(func) or ""
+        if resolved.startswith("torch."):
+            return name in NON_GRAD_TORCH
         if fetches_module(call):
             return True
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
-        return helper is not None and self.values.returns_grad(helper) == (False, False)
+        if helper is not None:
+            return self.values.returns_grad(helper) == (False, False)
+        if isinstance(func, cst.Name):
+            return name not in KEEPING_BUILTINS and self.values.roles.role(func) not in (Role.MODEL, Role.LOSS_FN)
+        return False
 
     def calls_of(self, statement: cst.CSTNode) -> list[cst.Call]:
         """The calls of a simple statement in evaluation order."""
