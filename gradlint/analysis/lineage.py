@@ -16,15 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Definition, Origins
 from gradlint.analysis.roles import Role, Roles
-from gradlint.analysis.steps import EventIndex
+from gradlint.analysis.steps import EventIndex, Kind
 from gradlint.analysis.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH
 
 MAX_DEPTH = 6
+# self.automatic_optimization = False: the module calls manual_backward itself.
+MANUAL_OPTIMIZATION = m.Assign(
+    targets=[m.AssignTarget(target=m.Attribute(attr=m.Name("automatic_optimization")))], value=m.Name("False")
+)
 # Operations with no gradient, reported when they are applied to a value with history.
 CUTTING_METHODS = frozenset(
     {
@@ -103,6 +108,14 @@ SOURCE = Lineage(True, True, True)
 Bindings = Mapping[str, Lineage]
 
 
+@dataclass(frozen=True)
+class Backpropagated:
+    """A value autograd backpropagates, taken just before statement `at`."""
+
+    value: cst.BaseExpression
+    at: cst.CSTNode
+
+
 def criterion_sides(call: cst.Call) -> tuple[list[cst.BaseExpression], list[cst.BaseExpression]]:
     """The prediction-side and target-side arguments of a criterion call.
 
@@ -132,6 +145,40 @@ class Lineages:
     def of(self, expression: cst.BaseExpression, at: cst.CSTNode) -> Lineage:
         """The lineage of `expression` evaluated just before statement `at`."""
         return self._trace(expression, at, {}, 0)
+
+    def backpropagated(self) -> list[Backpropagated]:
+        """Every value backpropagated in the module.
+
+        The loss of each `backward()` written here, outside no_grad, and what a Lightning
+        `training_step` returns (`loss` or `{"loss": loss}`), which Lightning
+        backpropagates itself unless the module turned automatic optimization off.
+        """
+        scopes: list[cst.Module | cst.FunctionDef] = [self.collected.module, *self.collected.functions]
+        found = [
+            Backpropagated(event.value, self.collected.statement_of[event.node])
+            for scope in scopes
+            for event in self.events.scope_events(scope)
+            if event.kind is Kind.BACKWARD
+            and event.node is event.site  # written here, not in a helper
+            and event.value is not None
+            and not event.no_grad
+            and isinstance(event.node, cst.Call)
+        ]
+        for statement in self.collected.statements:
+            if isinstance(statement, cst.Return) and statement.value is not None and self._is_lightning_step(statement):
+                value = _loss_entry(statement.value)
+                if value is not None:
+                    found.append(Backpropagated(value, statement))
+        return found
+
+    def _is_lightning_step(self, statement: cst.Return) -> bool:
+        function = self.collected.contexts[statement].function
+        owner = self.collected.owners.get(function) if function is not None else None
+        if function is None or owner is None or function.name.value != "training_step":
+            return False
+        if not any((last_name(base.value) or "").endswith("LightningModule") for base in owner.bases):
+            return False
+        return not m.findall(owner, MANUAL_OPTIMIZATION)
 
     def is_criterion_call(self, call: cst.Call) -> bool:
         """A loss function call: a criterion object (`nn.CrossEntropyLoss()`) or `F.mse_loss`."""
@@ -401,6 +448,17 @@ class Lineages:
             owner = context.class_def if context is not None else None
             return owner is not None and self.roles.is_model_class(owner)
         return self.roles.role(callee) is Role.MODEL
+
+
+def _loss_entry(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    # Ex) return loss  /  return {"loss": loss, "log": logs}
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            key = element.key if isinstance(element, cst.DictElement) else None
+            if isinstance(key, cst.SimpleString) and key.evaluated_value == "loss":
+                return element.value
+        return None
+    return None if isinstance(value, (cst.Name, cst.Attribute)) and last_name(value) == "None" else value
 
 
 def _leaf_or_none(call: cst.Call) -> Lineage:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis import Kind
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding
 from gradlint.rule import Rule
@@ -35,6 +34,8 @@ class NonDifferentiableLoss(Rule):
     `torch.no_grad()`, straight-through estimators (`y_hard - y_soft.detach() + y_soft`),
     `F.gumbel_softmax(logits, hard=True)` and detached targets (DQN target networks,
     teachers, EMA models) are fine and not reported: a path with a gradient remains.
+    What a LightningModule's `training_step` returns counts as backpropagated, since
+    Lightning calls `backward()` on it.
 
     Known problems
     Values computed in functions of other modules are assumed to keep a gradient.
@@ -47,7 +48,7 @@ class NonDifferentiableLoss(Rule):
     code = "GL006"
     name = "non-differentiable-loss"
     message = "the loss reaches the model output only through this operation, which has no gradient, so nothing learns"
-    requires = (b"backward",)
+    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
     example = """
         for x, y in loader:
             optimizer.zero_grad()
@@ -67,12 +68,10 @@ class NonDifferentiableLoss(Rule):
 
     def check_module(self) -> None:
         analysis = self.analysis
-        for event in analysis.own_events(Kind.BACKWARD):
-            if event.value is None or event.no_grad or not isinstance(event.node, cst.Call):
-                continue
-            statement = analysis.statement_of(event.node)
-            lineage = analysis.lineage.of(event.value, statement)
-            leaf = self._new_leaf(event.value, statement, lineage.live)
+        for backpropagated in analysis.lineage.backpropagated():
+            value, statement = backpropagated.value, backpropagated.at
+            lineage = analysis.lineage.of(value, statement)
+            leaf = self._new_leaf(value, statement, lineage.live)
             if leaf is not None:
                 self.report(leaf, NEW_LEAF)
             elif not lineage.live:
