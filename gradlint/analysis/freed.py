@@ -345,7 +345,8 @@ def _parameters(scope: Scope) -> frozenset[str]:
     if not isinstance(scope, cst.FunctionDef):
         return frozenset()
     params = scope.params
-    return frozenset(param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params))
+    names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    return frozenset(names - {"self", "cls"})  # self.backward() is a method, not a tensor's backward
 
 
 def _calls_own_method(call: cst.Call) -> bool:
