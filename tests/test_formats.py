@@ -92,9 +92,17 @@ def test_github_annotations() -> None:
 
 
 def test_github_escapes_what_would_end_a_property_or_the_message() -> None:
-    [line] = github.render([diagnostic(path="a,b:c%.py", message="50% done\nnext", cell=2)]).splitlines()
+    [line] = github.render([diagnostic(path="a,b:c%.py", message="50% done\nnext")]).splitlines()
     assert line.startswith("::error file=a%2Cb%3Ac%25.py,line=9,")
-    assert line.endswith("::cell 2: 50%25 done%0Anext")
+    assert line.endswith("::50%25 done%0Anext")
+
+
+def test_github_annotates_a_notebook_finding_on_the_file_with_its_cell() -> None:
+    # Annotation lines would be lines of the notebook's JSON, not of the cell.
+    assert github.render([diagnostic(path="nb.ipynb", cell=2, line=7)]) == (
+        "::error file=nb.ipynb,title=GL001 loss-accumulation"
+        "::cell 2, line 7: a tensor with autograd history is accumulated\n"
+    )
 
 
 def test_json_lines_holds_the_json_objects_one_per_line() -> None:

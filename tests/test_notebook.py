@@ -134,8 +134,10 @@ def test_json_and_sarif_carry_the_cell(project: Path) -> None:
     [finding] = json.loads(run("--format", "json", "train.ipynb")[1])
     assert (finding["cell"], finding["line"]) == (3, 7)
     [result] = json.loads(run("--format", "sarif", "train.ipynb")[1])["runs"][0]["results"]
-    assert result["properties"] == {"cell": 3}
-    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 7
+    # SARIF regions count the file's (JSON) lines: the place in the cell goes in properties.
+    assert result["properties"] == {"cell": 3, "startLine": 7, "startColumn": 5, "endLine": 7, "endColumn": 23}
+    assert "region" not in result["locations"][0]["physicalLocation"]
+    assert result["message"]["text"].startswith("cell 3, line 7: a tensor with autograd history")
 
 
 def test_fix_changes_code_cells_only_and_is_idempotent(project: Path) -> None:

@@ -13,18 +13,19 @@ def render(diagnostics: Sequence[Diagnostic]) -> str:
 
 
 def _annotation(diagnostic: Diagnostic) -> str:
-    properties = {
-        "file": diagnostic.path,
-        "line": diagnostic.line,
-        "col": diagnostic.column,
-        "endLine": diagnostic.end_line,
-        "endColumn": diagnostic.end_column,
-        "title": f"{diagnostic.code} {diagnostic.name}",
-    }
+    properties: dict[str, object] = {"file": diagnostic.path}
+    message = diagnostic.message
+    if diagnostic.cell is None:
+        properties.update(
+            line=diagnostic.line, col=diagnostic.column, endLine=diagnostic.end_line, endColumn=diagnostic.end_column
+        )
+    else:
+        # Annotation lines are lines of the file, which in a notebook are JSON: annotate
+        # the whole file and say where in the cell.
+        message = f"cell {diagnostic.cell}, line {diagnostic.line}: {message}"
+    properties["title"] = f"{diagnostic.code} {diagnostic.name}"
     joined = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties.items())
-    # Annotations cannot point into a notebook cell, so the cell goes into the message.
-    where = "" if diagnostic.cell is None else f"cell {diagnostic.cell}: "
-    return f"::error {joined}::{_escape_data(where + diagnostic.message)}"
+    return f"::error {joined}::{_escape_data(message)}"
 
 
 def _escape_data(text: str) -> str:

@@ -73,27 +73,26 @@ def _rules() -> list[dict[str, object]]:
 
 
 def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, object]:
+    region = {
+        "startLine": diagnostic.line,
+        "startColumn": diagnostic.column,
+        "endLine": diagnostic.end_line,
+        "endColumn": diagnostic.end_column,
+    }
+    location: dict[str, object] = {"artifactLocation": _artifact(diagnostic.path), "region": region}
     result: dict[str, object] = {
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
         "level": "error",
         "message": {"text": diagnostic.message},
-        "locations": [
-            {
-                "physicalLocation": {
-                    "artifactLocation": _artifact(diagnostic.path),
-                    "region": {
-                        "startLine": diagnostic.line,
-                        "startColumn": diagnostic.column,
-                        "endLine": diagnostic.end_line,
-                        "endColumn": diagnostic.end_column,
-                    },
-                }
-            }
-        ],
+        "locations": [{"physicalLocation": location}],
     }
     if diagnostic.cell is not None:
-        result["properties"] = {"cell": diagnostic.cell}
+        # A SARIF region counts the lines of the file, which in a notebook are JSON: the
+        # finding points at the whole file and its place in the cell goes in properties.
+        del location["region"]
+        result["properties"] = {"cell": diagnostic.cell, **region}
+        result["message"] = {"text": f"cell {diagnostic.cell}, line {diagnostic.line}: {diagnostic.message}"}
     return result
 
 
