@@ -85,14 +85,22 @@ def _matches(code: str, selectors: Iterable[str]) -> bool:
 
 def _relative(path: Path, root: Path) -> str:
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        return resolve(path).relative_to(resolve(root)).as_posix()
     except ValueError:
         return path.as_posix()
 
 
+def resolve(path: Path) -> Path:
+    """`path.resolve()`, or the absolute path where a symlink loop makes that fail."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # Python before 3.13 raises RuntimeError on a loop
+        return path.absolute()
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` that has a [tool.gradlint] table."""
-    directory = start.resolve()
+    directory = resolve(start)
     if not directory.is_dir():
         directory = directory.parent
     for candidate in (directory, *directory.parents):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pathspec
 
-from gradlint.config import Config
+from gradlint.config import Config, resolve
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
@@ -41,20 +42,31 @@ def discover(paths: list[Path], config: Config) -> Iterator[Path | Missing]:
     Files named explicitly are linted unless the configured excludes match them;
     directories are walked skipping excluded paths, virtualenvs and what .gitignore ignores.
     """
-    excludes = _Ignore(config.root.resolve(), config.exclude_spec())
+    excludes = _Ignore(resolve(config.root), config.exclude_spec())
     seen: set[Path] = set()
     for path in paths:
-        if not path.exists():
-            yield Missing(str(path), "no such file or directory")
-        elif path.is_dir():
-            yield from _walk(path, excludes, _gitignores_above(path.resolve()), seen)
-        elif not _excluded(path, excludes, is_dir=False) and path.resolve() not in seen:
-            seen.add(path.resolve())
+        if path.is_dir():
+            seen.add(resolve(path))  # so that a symlink back to it is not walked again
+            yield from _walk(path, excludes, _gitignores_above(resolve(path)), seen)
+            continue
+        problem = _not_a_file(path)
+        if problem is not None:
+            yield Missing(str(path), problem)
+        elif not _excluded(path, resolve(path), excludes, is_dir=False) and resolve(path) not in seen:
+            seen.add(resolve(path))
             yield path
 
 
-def _excluded(path: Path, excludes: _Ignore, is_dir: bool) -> bool:
-    resolved = path.resolve()
+def _not_a_file(path: Path) -> str | None:
+    """Why `path` cannot be read as a source file (missing, a symlink loop, a pipe), if it cannot."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        return (error.strerror or str(error)).lower()
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _excluded(path: Path, resolved: Path, excludes: _Ignore, is_dir: bool) -> bool:
     # A bare pattern like "build" matches the name wherever it is, as in ruff and flake8.
     return excludes.matches(resolved, is_dir) or excludes.spec.match_file(path.name + ("/" if is_dir else ""))
 
@@ -88,14 +100,21 @@ def _walk(root: Path, excludes: _Ignore, ignores: list[_Ignore], seen: set[Path]
     active = [*ignores, local] if local else ignores
     for entry in entries:
         path = Path(root, entry.name)
-        is_dir = entry.is_dir()
-        if _excluded(path, excludes, is_dir) or any(ignore.matches(path.resolve(), is_dir) for ignore in active):
+        try:
+            is_dir = entry.is_dir()
+        except OSError:  # a symlink loop
+            is_dir = False
+        if not is_dir and not entry.name.endswith(SOURCE_SUFFIXES):
+            continue
+        resolved = resolve(path)
+        if _excluded(path, resolved, excludes, is_dir) or any(ignore.matches(resolved, is_dir) for ignore in active):
             continue
         if is_dir:
-            if (path / "pyvenv.cfg").exists() or path.resolve() in seen:
+            if (path / "pyvenv.cfg").exists() or resolved in seen:
                 continue  # a virtualenv, or a symlink back into the tree
-            seen.add(path.resolve())
+            seen.add(resolved)
             yield from _walk(path, excludes, active, seen)
-        elif entry.name.endswith(SOURCE_SUFFIXES) and path.resolve() not in seen:
-            seen.add(path.resolve())
-            yield path
+        elif resolved not in seen:
+            seen.add(resolved)
+            problem = _not_a_file(path)
+            yield path if problem is None else Missing(str(path), problem)
