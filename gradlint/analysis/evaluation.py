@@ -124,9 +124,19 @@ class Evaluation:
         owner = self.collected.owners.get(function)
         if owner is not None and self.roles.is_model_class(owner):
             return False  # a module's own methods (forward over its layers) are not evaluation code
-        if self.events.scope_events(function):
+        if self.events.scope_events(function) or self._handles_optimizer(function):
             return False
         return not self.values.returns_grad(function)[0]
+
+    def _handles_optimizer(self, function: cst.FunctionDef) -> bool:
+        # Ex) def run(model, loader, optimizer): ... backprop(loss, optimizer) in another module
+        params = function.params
+        names: list[cst.BaseExpression] = [
+            param.name for param in (*params.posonly_params, *params.params, *params.kwonly_params)
+        ]
+        for call in self._calls.get(function, []):
+            names.extend(arg.value for arg in call.args)
+        return any(self.roles.role(name) in (Role.OPTIMIZER, Role.SCALER) for name in names)
 
     def _wants_gradients(self, region: Region) -> bool:
         order = self.collected.order
