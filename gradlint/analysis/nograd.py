@@ -42,7 +42,8 @@ class NoGradValues:
             key = dotted_name(expression)
             definitions = self.origins.definitions(key, at) if key else frozenset()
             return bool(definitions) and all(self._defined_without_grad(d, depth + 1) for d in definitions)
-        if self.collected.contexts[at].no_grad:
+        context = self.collected.contexts.get(at)
+        if context is not None and context.no_grad:
             return True  # a computation (not a mere name) made with autograd off
         return self._derived_without_grad(expression, at, depth + 1)
 
@@ -120,7 +121,8 @@ class NoGradValues:
 
     def _is_constant_parameter(self, key: str | None, at: cst.CSTNode) -> bool:
         """A parameter whose default is a literal: `temperature=4.0`, `reduction="mean"`."""
-        function = self.collected.contexts[at].function
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
         if function is None:
             return False
         params = (*function.params.params, *function.params.kwonly_params)
