@@ -1,10 +1,12 @@
-"""Whether code runs without autograd once the callers of its function are taken into account.
+"""The grad mode code runs in, once the callers of its function are counted.
 
-A statement outside `torch.no_grad()` may still run without grad: its function (a
-hand-written optimizer's `update`, an EMA helper) is only ever called from inside a
-`no_grad` block of the same module. A `step` method whose callers cannot be seen is
-a hand-written optimizer's step, which its caller runs under `no_grad` as torch's own
-optimizers do.
+A statement outside `torch.no_grad()` still runs without grad when its function (a
+hand-written optimizer's `step`, an EMA helper, a weight-conversion utility) is called
+from inside a `no_grad` block, possibly in another module. Two questions, for the two
+directions a rule can err in: does it surely run without grad (every call site of this
+module is in `no_grad`; a `step` method whose callers are unseen is an optimizer's),
+and does it surely run with grad (module-level code, a function that backpropagates
+itself, a constructor or `forward`, or a call site of this module that records)?
 """
 
 from __future__ import annotations
@@ -12,22 +14,26 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, GradMode
-from gradlint.analysis.steps import EventIndex
+from gradlint.analysis.steps import EventIndex, Kind
 
+# Methods PyTorch code runs with grad enabled: building a module, its forward pass.
+RECORDING_METHODS = frozenset({"__init__", "forward", "training_step"})
+# A hand-written optimizer's step is run under no_grad by its caller, as torch.optim's is.
 UNSEEN_CALLER_NO_GRAD_METHODS = frozenset({"step"})
 
 
 class CallerGradMode:
-    """Answers whether a statement runs with autograd disabled, through its callers too."""
+    """Answers whether a statement surely runs with autograd recording, through its callers too."""
 
     def __init__(self, collected: Collected, events: EventIndex) -> None:
         self.collected = collected
         self.events = events
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
+        self._recording: dict[cst.FunctionDef, bool] = {}
         self._without_grad: dict[cst.FunctionDef, bool] = {}
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
-        """The calls of this module that run `function` (directly or passed by name)."""
+        """The calls of this module that run `function`."""
         if self._call_sites is None:
             self._call_sites = self._index_call_sites()
         return self._call_sites.get(function, [])
@@ -40,12 +46,34 @@ class CallerGradMode:
                 sites.setdefault(helper, []).append(call)
         return sites
 
+    def with_grad(self, node: cst.CSTNode) -> bool:
+        """True when the call or statement `node` surely runs with autograd recording."""
+        context = self.collected.contexts[node]
+        if context.grad_mode is not GradMode.ENABLED:
+            return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
+        function = context.function
+        return function is None or self._function_records(function)
+
+    def _function_records(self, function: cst.FunctionDef) -> bool:
+        if function in self._recording:
+            return self._recording[function]
+        self._recording[function] = False  # recursion guard
+        backpropagates = any(
+            event.kind in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD) for event in self.events.scope_events(function)
+        )
+        result = (
+            backpropagates
+            or (function in self.collected.owners and function.name.value in RECORDING_METHODS)
+            or any(self.with_grad(site) for site in self.call_sites(function))
+        )
+        self._recording[function] = result
+        return result
+
     def without_grad(self, node: cst.CSTNode) -> bool:
         """True when the call or statement `node` never runs with autograd recording."""
         context = self.collected.contexts[node]
         if context.grad_mode is not GradMode.ENABLED:
-            # Ex) with torch.set_grad_enabled(is_train): the mode is unknown, so assume no grad.
-            return True
+            return True  # Ex) with torch.set_grad_enabled(is_train): unknown, so assume no grad
         function = context.function
         return function is not None and self._function_without_grad(function)
 

@@ -303,9 +303,11 @@ def is_leaf_value(value: cst.BaseExpression) -> bool:
 
 
 def _requires_grad_switch(call: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
-    """(receiver, on) for `x.requires_grad_()` / `x.requires_grad_(False)`."""
+    """(receiver, on) for `x.requires_grad_()` / `x.requires_grad_(False)` / `x.detach_()`."""
     if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
         return None
+    if call.func.attr.value == "detach_":
+        return call.func.value, False  # a leaf detached in place no longer requires grad
     if call.func.attr.value != "requires_grad_":
         return None
     on = not call.args or not _is_name(call.args[0].value, "False")

@@ -61,7 +61,7 @@ class InplaceOnGradTensor(Rule):
     def check_module(self) -> None:
         analysis = self.analysis
         for operation in analysis.mutations.operations:
-            if analysis.callers.without_grad(operation.statement) or analysis.mutations.is_update(operation):
+            if not analysis.callers.with_grad(operation.statement) or analysis.mutations.is_update(operation):
                 continue
             if analysis.leaves.is_leaf(operation.target, operation.statement):
                 self.report(operation.node)

@@ -6,6 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.collect import Loop, Scope
+from gradlint.analysis.values import names_in
 from gradlint.rule import Rule
 
 SUMMABLE = (
@@ -75,18 +76,30 @@ class RetainGraphOveruse(Rule):
             found = events.scope_events(scope)
             for index, event in enumerate(found):
                 if event.kind is Kind.BACKWARD and event.retain_graph and not _creates_graph(event.node):
-                    self._judge(found, index)
+                    self._judge(scope, found, index)
 
-    def _judge(self, events: tuple[Event, ...], index: int) -> None:
+    def _judge(self, scope: Scope, events: tuple[Event, ...], index: int) -> None:
         event = events[index]
         loop = event.loops[-1] if event.loops else None
         if loop is not None and self._graph_built_before(event, loop):
             return  # the next iteration backpropagates through it again
-        later = [e for e in events[index + 1 :] if e.kind in BACKPROPAGATING and (loop is None or loop in e.loops)]
+        later = [e for e in events[index + 1 :] if _backpropagates(e) and (loop is None or loop in e.loops)]
+        if not later and self._hands_graph_to_caller(scope, event, events):
+            return
         if not later:
             self.report(event.node)
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
             self.report(event.node, SUMMABLE)
+
+    def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
+        """Whether a loss-and-grads helper returns the retained loss for its caller to use again."""
+        # Ex) def loss_and_grads(): loss = ...; loss.backward(retain_graph=True); return loss
+        if not isinstance(scope, cst.FunctionDef) or any(e.kind is Kind.STEP for e in events):
+            return False
+        keys = set(names_in(event.value)) if event.value is not None else set()
+        statements = self.analysis.statements_in(scope)
+        returned = [s.value for s in statements if isinstance(s, cst.Return) and s.value is not None]
+        return any(keys & set(names_in(value)) for value in returned)
 
     def _graph_built_before(self, event: Event, loop: Loop) -> bool:
         """Whether the backpropagated value comes from a graph built before `loop`."""
@@ -116,6 +129,13 @@ class RetainGraphOveruse(Rule):
             for statement in self.analysis.collected.statements_in_scope(scope)
             if low < order[statement] < high
         )
+
+
+def _backpropagates(event: Event) -> bool:
+    # Some wrappers backpropagate the loss they are given: tianshou's optim.step(loss, retain_graph=True).
+    if event.kind is Kind.STEP:
+        return not event.via_scaler and isinstance(event.node, cst.Call) and bool(event.node.args)
+    return event.kind in BACKPROPAGATING
 
 
 def _creates_graph(node: cst.CSTNode) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis.mutations import ManualUpdate
+from gradlint.analysis.names import dotted_name
 from gradlint.fixes import line_of, reference, replacement_fix, wrap_in_with
 from gradlint.rule import Fix, Rule
 
@@ -62,17 +63,34 @@ class UpdateOutsideNoGrad(Rule):
     def check_module(self) -> None:
         analysis = self.analysis
         for update in analysis.mutations.updates:
-            if not analysis.callers.without_grad(update.statement):
+            if analysis.callers.with_grad(update.statement):
                 self.report(update.node, REBINDING if update.rebinding else None, self._fix(update))
 
     def _fix(self, update: ManualUpdate) -> Fix | None:
-        # Rebinding under no_grad would make a tensor that no longer requires grad at all:
-        # only in-place updates have a certain fix.
         no_grad = reference(self.analysis.imports, "torch.no_grad")
-        if update.rebinding or no_grad is None:
-            return None
         line = line_of(self.analysis.module, update.statement)
-        if line is None or len(line.body) != 1:
+        if no_grad is None or line is None or len(line.body) != 1:
             return None
-        wrapped = wrap_in_with(line, cst.Call(no_grad))
-        return replacement_fix(self.analysis.module, {line: wrapped}, "wrap the update in `with torch.no_grad():`")
+        if not update.rebinding:
+            wrapped = wrap_in_with(line, cst.Call(no_grad))
+            return replacement_fix(self.analysis.module, {line: wrapped}, "wrap the update in `with torch.no_grad():`")
+        # Rebinding under no_grad would make a tensor that no longer requires grad at all;
+        # updating in place instead changes what other references to the tensor see, so a
+        # person must judge: the fix is unsafe.
+        in_place = _in_place(update.statement)
+        if in_place is None:
+            return None
+        wrapped = wrap_in_with(line.with_changes(body=[in_place]), cst.Call(no_grad))
+        description = "update the parameter in place under `torch.no_grad()`"
+        return replacement_fix(self.analysis.module, {line: wrapped}, description, safe=False)
+
+
+def _in_place(statement: cst.BaseSmallStatement) -> cst.AugAssign | None:
+    """`w -= x` for `w = w - x` (and `+`), else None."""
+    if not (isinstance(statement, cst.Assign) and isinstance(statement.value, cst.BinaryOperation)):
+        return None
+    target, value = statement.targets[0].target, statement.value
+    operator = {cst.Subtract: cst.SubtractAssign, cst.Add: cst.AddAssign}.get(type(value.operator))
+    if operator is None or dotted_name(value.left) != dotted_name(target) or dotted_name(target) is None:
+        return None
+    return cst.AugAssign(target=target, operator=operator(), value=value.right)
