@@ -40,6 +40,8 @@ class Branches:
             one, other = self.branch_of(statement, first.node), self.branch_of(statement, second.node)
             if one is not None and other is not None and one is not other:
                 return True
+        if self._opposite_tests(first, second):
+            return True
         # A `return` in a helper leaves only the helper: both events must come from one body.
         same_body = first.site is second.site or (first.site is first.node and second.site is second.node)
         return same_body and any(
@@ -47,6 +49,18 @@ class Branches:
             for statement in first.ifs
             if statement not in second.ifs and isinstance(statement, cst.If)
         )
+
+    def _opposite_tests(self, first: Event, second: Event) -> bool:
+        # Ex) if use_amp: scaler.step(opt)  ...  if not use_amp: opt.step()
+        for one in (node for node in first.ifs if isinstance(node, cst.If) and node not in second.ifs):
+            for other in (node for node in second.ifs if isinstance(node, cst.If) and node not in first.ifs):
+                if (
+                    self.branch_of(one, first.node) is one.body
+                    and self.branch_of(other, second.node) is other.body
+                    and _negates(one.test, other.test)
+                ):
+                    return True
+        return False
 
     def _leaves_before(self, statement: cst.If, first: Event, second: Event) -> bool:
         # Ex) if scaler is not None: scaler.step(opt); continue  ...  opt.step()
@@ -60,6 +74,24 @@ class Branches:
         if isinstance(exit_statement, EXITS):
             return True
         return isinstance(exit_statement, LOOP_EXITS) and first.loops == second.loops
+
+
+def _negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
+    """True for `x` / `not x` and `x is None` / `x is not None` (either way round)."""
+    for test, other in ((first, second), (second, first)):
+        if (
+            isinstance(test, cst.UnaryOperation)
+            and isinstance(test.operator, cst.Not)
+            and test.expression.deep_equals(other)
+        ):
+            return True
+    if not (isinstance(first, cst.Comparison) and isinstance(second, cst.Comparison)):
+        return False
+    if not (len(first.comparisons) == len(second.comparisons) == 1 and first.left.deep_equals(second.left)):
+        return False
+    operators = {type(first.comparisons[0].operator), type(second.comparisons[0].operator)}
+    same_side = first.comparisons[0].comparator.deep_equals(second.comparisons[0].comparator)
+    return same_side and operators in ({cst.Is, cst.IsNot}, {cst.Equal, cst.NotEqual})
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
