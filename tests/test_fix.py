@@ -220,9 +220,10 @@ def test_gl003_uses_the_name_torch_is_imported_under() -> None:
     assert "    with th.no_grad():\n        w -= 0.1 * w.grad" in fixed(source)
 
 
-def test_gl003_rebinding_has_no_certain_fix() -> None:
+def test_gl003_rebinding_is_updated_in_place_only_as_an_unsafe_fix() -> None:
     source = GL003_UPDATE.replace("w -= 0.1 * w.grad", "w = w - 0.1 * w.grad")
     assert fixed(source) == source
+    assert fixed(source, unsafe=True) == fixed(GL003_UPDATE)
 
 
 GL007_AMP = """\
