@@ -8,6 +8,10 @@ from gradlint.analysis import Kind
 from gradlint.analysis.shapes import Shape
 from gradlint.rule import Rule
 
+LIGHTNING_RETURN = (
+    "training_step returns a loss that is not a scalar; Lightning calls backward() on it, "
+    "which raises 'grad can be implicitly created only for scalar outputs'"
+)
 # Keywords that hand backward() the vector of a vector-Jacobian product.
 GRADIENT_KEYWORDS = frozenset({"gradient", "grad_tensors"})
 
@@ -23,6 +27,9 @@ class BackwardNonScalar(Rule):
     `RuntimeError: grad can be implicitly created only for scalar outputs`.
     Reduce it first (`loss.mean()`, `(loss * weights).sum()`), or pass the vector of
     a vector-Jacobian product explicitly: `out.backward(gradient=torch.ones_like(out))`.
+
+    A LightningModule's `training_step` that returns such a loss fails the same way,
+    since Lightning calls `backward()` on what it returns.
 
     Only tensors whose shape the source makes plain are reported: a criterion built in
     the same file, a `torch.nn.functional` loss, a model made of `torch.nn` layers.
@@ -41,7 +48,7 @@ class BackwardNonScalar(Rule):
         "backward() is called without a gradient on a tensor that is not a scalar, "
         "so it raises 'grad can be implicitly created only for scalar outputs'"
     )
-    requires = (b"backward",)
+    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
     example = """
         criterion = torch.nn.CrossEntropyLoss(reduction="none")
         for x, y in loader:
@@ -67,6 +74,12 @@ class BackwardNonScalar(Rule):
                 continue
             if analysis.shapes.shape(event.value, analysis.statement_of(call)) is Shape.NON_SCALAR:
                 self.report(call)
+        for returned in analysis.lineage.backpropagated():
+            if (
+                isinstance(returned.at, cst.Return)
+                and analysis.shapes.shape(returned.value, returned.at) is Shape.NON_SCALAR
+            ):
+                self.report(returned.value, LIGHTNING_RETURN)
 
 
 def _passes_gradient(call: cst.Call, loss: cst.BaseExpression) -> bool:
