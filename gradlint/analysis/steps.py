@@ -19,7 +19,8 @@ from gradlint.analysis.roles import Roles
 MAX_INLINE_DEPTH = 4
 # opt.zero_grad(), and helpers of other libraries named for it: pyro's zero_grads(params).
 CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_grad", "clear_grads"})
-CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
+# torch.nn.utils and Accelerate spell it clip_grad_*, Lightning and Fabric clip_gradients.
+CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients"})
 
 
 class Kind(Enum):
