@@ -96,8 +96,11 @@ class Notebook:
         document = json.loads(json.dumps(self.document))
         for number, lines in texts.items():
             cell = document["cells"][number - 1]
-            text = "".join(f"{self._restore(line)}\n" for line in lines)
+            restored = [self._restore(line) for line in lines]
             original = _source_text(cell["source"])
+            if restored == original.splitlines():
+                continue  # untouched by the fixes: keep it byte for byte (CRLF included)
+            text = "".join(f"{line}\n" for line in restored)
             text = text if original.endswith("\n") else text[:-1]
             cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
         text = json.dumps(document, indent=self.indent, ensure_ascii=self.ascii_only)

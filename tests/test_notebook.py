@@ -163,7 +163,7 @@ def test_diff_shows_the_fix_without_writing(project: Path) -> None:
 
 
 def test_rebuilding_unchanged_source_gives_back_the_same_bytes() -> None:
-    data = notebook(SETUP, BASH, LEAKY_LOOP)
+    data = notebook(SETUP, BASH, LEAKY_LOOP, "x = 1\r\ny = 2\r\n")
     parsed = read_notebook(data)
     assert parsed.rebuild(parsed.source) == data
 
