@@ -49,11 +49,14 @@ def discover(paths: list[Path], config: Config) -> Iterator[Path | Missing]:
             seen.add(resolve(path))  # so that a symlink back to it is not walked again
             yield from _walk(path, excludes, _gitignores_above(resolve(path)), seen)
             continue
+        resolved = resolve(path)
+        if resolved in seen:
+            continue
+        seen.add(resolved)
         problem = _not_a_file(path)
         if problem is not None:
             yield Missing(str(path), problem)
-        elif not _excluded(path, resolve(path), excludes, is_dir=False) and resolve(path) not in seen:
-            seen.add(resolve(path))
+        elif not _excluded(path, resolved, excludes, is_dir=False):
             yield path
 
 
