@@ -24,6 +24,11 @@ DATA_METHODS = frozenset(
     {"to", "cuda", "cpu", "float", "long", "double", "half", "view", "reshape", "unsqueeze", "squeeze", "type"}
 )
 
+# Parameters that hold a batch or its parts (Lightning's `training_step(self, batch, batch_idx)`).
+DATA_PARAMETERS = frozenset(
+    {"batch", "batch_idx", "inputs", "targets", "target", "labels", "label", "images", "data", "sample", "samples"}
+)
+
 
 class NoGradValues:
     """Answers whether an expression's value was computed without autograd recording it."""
@@ -115,19 +120,20 @@ class NoGradValues:
             return expression.func.attr.value in DATA_METHODS and self._is_data(expression.func.value, at, depth + 1)
         key = dotted_name(expression)
         definitions = self.origins.definitions(key, at) if key else frozenset()
-        if OUTSIDE in definitions and not self._is_constant_parameter(key, at):
+        if OUTSIDE in definitions and not self._is_data_parameter(key, at):
             return False
         return bool(definitions) and all(d is OUTSIDE or self._defines_data(d, depth + 1) for d in definitions)
 
-    def _is_constant_parameter(self, key: str | None, at: cst.CSTNode) -> bool:
-        """A parameter whose default is a literal: `temperature=4.0`, `reduction="mean"`."""
+    def _is_data_parameter(self, key: str | None, at: cst.CSTNode) -> bool:
+        """A parameter that holds data: named so (`batch`, `targets`) or defaulting to a literal (`t=4.0`)."""
         context = self.collected.contexts.get(at)
         function = context.function if context is not None else None
         if function is None:
             return False
         params = (*function.params.params, *function.params.kwonly_params)
         return any(
-            param.name.value == key and isinstance(param.default, (cst.Integer, cst.Float, cst.SimpleString))
+            param.name.value == key
+            and (key in DATA_PARAMETERS or isinstance(param.default, (cst.Integer, cst.Float, cst.SimpleString)))
             for param in params
         )
 

@@ -10,6 +10,10 @@ from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE
 from gradlint.rule import Rule
 
+LIGHTNING_RETURN = (
+    "training_step returns a loss computed with autograd off; Lightning's backward() on it raises "
+    "'element 0 of tensors does not require grad'"
+)
 WRAPPED_STEP = "this training step runs inside torch.no_grad(), so the backward() in it raises 'does not require grad'"
 
 
@@ -28,7 +32,8 @@ class BackwardUnderNoGrad(Rule):
     (teachers, target networks).
 
     `backward()` written inside a `no_grad` block is fine when the loss was computed
-    outside it, and is not reported. Do not silence the error with
+    outside it, and is not reported. A LightningModule's `training_step` that returns
+    such a loss fails the same way. Do not silence the error with
     `loss.requires_grad_()`: the error goes away and nothing learns.
 
     Known problems
@@ -45,7 +50,7 @@ class BackwardUnderNoGrad(Rule):
         "backward() is called on a value computed with autograd off (no_grad/inference_mode), "
         "so it raises 'element 0 of tensors does not require grad'"
     )
-    requires = (b"backward",)
+    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
     example = """
         for x, y in loader:
             optimizer.zero_grad()
@@ -69,6 +74,10 @@ class BackwardUnderNoGrad(Rule):
                 continue
             if analysis.no_grad_values.computed_without_grad(event.value, analysis.statement_of(event.node)):
                 self.report(event.node)
+        for returned in analysis.lineage.backpropagated():
+            no_grad = analysis.no_grad_values.computed_without_grad(returned.value, returned.at)
+            if isinstance(returned.at, cst.Return) and no_grad:
+                self.report(returned.value, LIGHTNING_RETURN)
         scopes: list[Scope] = [analysis.module, *analysis.collected.functions]
         for scope in scopes:
             for event in analysis.events.scope_events(scope):
