@@ -36,7 +36,11 @@ class InplaceOnGradTensor(Rule):
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a
-    helper, or a layer whose activation saves its output, is not seen.
+    helper, or by a layer whose activation saves its output, is not seen. A leaf is
+    reported only where autograd surely records (module-level code, a constructor or
+    `forward`, a function that backpropagates, or one called from such code in the
+    same module): an EMA or weight-copy helper whose callers live in another module
+    is assumed to run under `no_grad`.
 
     References
     https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd

@@ -30,12 +30,16 @@ class UpdateOutsideNoGrad(Rule):
 
     Wrap the update in `with torch.no_grad():` (or decorate the function with
     `@torch.no_grad()`), as every `torch.optim` optimizer does in its `step`. Updates
-    inside `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`,
-    in functions only called from there, and through `p.data` are not reported.
+    inside `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`
+    and through `p.data` are not reported, and neither are rebindings to a fresh leaf
+    (`w = (w - lr * w.grad).detach().requires_grad_()`) or MAML-style fast weights
+    built from `torch.autograd.grad` results.
 
     Known problems
-    Parameters passed in from another module, and updates in a helper of another
-    module, are not seen.
+    An update is reported only where autograd surely records: module-level code, a
+    function that backpropagates itself, or a function called from such code in the
+    same module. A helper whose callers live in another module (a hand-written
+    optimizer's `step`) is assumed to run under `no_grad` and is not reported.
 
     References
     https://pytorch.org/tutorials/beginner/pytorch_with_examples.html#pytorch-tensors-and-autograd
