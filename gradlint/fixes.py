@@ -90,6 +90,15 @@ def insert_before(line: cst.SimpleStatementLine, statement: cst.BaseSmallStateme
     return cst.FlattenSentinel([cst.SimpleStatementLine([statement]), line])
 
 
+def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
+    """`call` without its `keyword=...` argument, commas and any trailing comma kept tidy."""
+    index = next(i for i, arg in enumerate(call.args) if arg.keyword is not None and arg.keyword.value == keyword)
+    args = [*call.args[:index], *call.args[index + 1 :]]
+    if args and index == len(args):  # the last argument went: its comma style passes to the new last one
+        args[-1] = args[-1].with_changes(comma=call.args[index].comma)
+    return call.with_changes(args=args)
+
+
 def reference(imports: ImportMap, dotted: str) -> cst.BaseExpression | None:
     """An expression naming `dotted` (`torch.no_grad`) through this module's imports, if any."""
     for local, full in sorted(imports.aliases.items()):

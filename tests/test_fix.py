@@ -266,3 +266,29 @@ def test_fixing_any_fixture_yields_code_that_parses_and_needs_no_second_pass(pat
 @pytest.mark.parametrize("source", [GL003_UPDATE, GL007_AMP], ids=["GL003", "GL007"])
 def test_inserted_lines_use_the_file_line_ending(source: str, newline: str) -> None:
     assert fixed(source.replace("\n", newline)) == fixed(source).replace("\n", newline)
+
+
+GL005_RETAIN = """\
+import torch
+
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward(retain_graph=True)  # "fixes" backward-twice
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("loss.backward(retain_graph=True)", "loss.backward()"),
+        ("loss.backward(None, retain_graph=True)", "loss.backward(None)"),
+        ("loss.backward(retain_graph=True, inputs=None)", "loss.backward(inputs=None)"),
+        ("loss.backward(\n        None,\n        retain_graph=True,\n    )", "loss.backward(\n        None,\n    )"),
+    ],
+    ids=["only", "last", "first", "trailing-comma"],
+)
+def test_gl005_retain_graph_is_removed_with_tidy_commas(call: str, expected: str) -> None:
+    source = GL005_RETAIN.replace("loss.backward(retain_graph=True)", call)
+    assert fixed(source) == GL005_RETAIN.replace("loss.backward(retain_graph=True)", expected)

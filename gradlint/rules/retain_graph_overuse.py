@@ -7,7 +7,8 @@ import libcst as cst
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.collect import Loop, Scope
 from gradlint.analysis.values import names_in
-from gradlint.rule import Rule
+from gradlint.fixes import replacement_fix, without_keyword
+from gradlint.rule import Fix, Rule
 
 SUMMABLE = (
     "two backward calls run through one graph with nothing between them; "
@@ -87,9 +88,20 @@ class RetainGraphOveruse(Rule):
         if not later and self._hands_graph_to_caller(scope, event, events):
             return
         if not later:
-            self.report(event.node)
+            self.report(event.node, fix=self._drop_retain_graph(event))
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
             self.report(event.node, SUMMABLE)
+
+    def _drop_retain_graph(self, event: Event) -> Fix | None:
+        """Remove `retain_graph=True`; not in a helper, whose other callers may need the graph."""
+        call = event.node
+        if call is not event.site or not isinstance(call, cst.Call):
+            return None
+        flags = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "retain_graph"]
+        if not (len(flags) == 1 and isinstance(flags[0], cst.Name) and flags[0].value == "True"):
+            return None
+        new = without_keyword(call, "retain_graph")
+        return replacement_fix(self.analysis.module, {call: new}, "remove `retain_graph=True`")
 
     def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
         """Whether a loss-and-grads helper returns the retained loss for its caller to use again."""
