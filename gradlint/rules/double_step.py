@@ -32,7 +32,7 @@ class DoubleStep(Rule):
     code = "GL011"
     name = "double-step"
     message = "the optimizer is stepped directly and through its GradScaler, so the parameters are updated twice"
-    requires = (b"step", b"scale")
+    requires = (b"step", b"caler")  # scaler, GradScaler
     example = """
         scaler = torch.amp.GradScaler()
         for x, y in loader:
