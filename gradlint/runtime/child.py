@@ -11,11 +11,19 @@ import os
 import runpy
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, NoReturn
 
 from gradlint.runtime.events import EventWriter
+
+if TYPE_CHECKING:
+    from gradlint.runtime.tracer import Tracer
+
+_STOP_GRACE_SECONDS = 2.0
 
 
 def main(config_path: str) -> None:
@@ -30,7 +38,9 @@ def main(config_path: str) -> None:
         os._exit(0)
     hints = [Hint(h["code"], h["line"], h["end_line"]) for h in config["hints"]]
     tracer = Tracer(config["script"], hints, config["steps"], events)
-    signal.signal(signal.SIGTERM, lambda signum, frame: _on_term(tracer))
+    ending = threading.Lock()
+    tracer.on_stop = lambda: _start_watchdog(tracer, events, ending)
+    signal.signal(signal.SIGTERM, lambda signum, frame: tracer.request_stop("timeout"))
     reason, detail = "finished", ""
     tracer.install()
     try:
@@ -44,14 +54,33 @@ def main(config_path: str) -> None:
         _report_exception(tracer, events, error, config["script"])
     finally:
         tracer.uninstall()
-    tracer.finish()
-    events.emit("end", reason=reason, detail=detail, steps=tracer.steps, backwards=tracer.backwards)
-    events.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter shutdown: leftover non-daemon threads or DataLoader workers of the
-    # script must not keep it alive; the parent kills the process group afterwards.
-    os._exit(0)
+    _end(tracer, events, ending, reason, detail)
+
+
+def _end(tracer: Tracer, events: EventWriter, ending: threading.Lock, reason: str, detail: str) -> NoReturn:
+    """Write the end of the event stream once, then leave at once.
+
+    Interpreter shutdown is skipped: leftover non-daemon threads or DataLoader workers of
+    the script must not keep the process alive; the parent kills its process group.
+    """
+    with ending:
+        tracer.finish()
+        events.emit("end", reason=reason, detail=detail, steps=tracer.steps, backwards=tracer.backwards)
+        events.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _start_watchdog(tracer: Tracer, events: EventWriter, ending: threading.Lock) -> None:
+    """End the process if the script catches the stop and keeps running."""
+
+    def watch() -> None:
+        time.sleep(_STOP_GRACE_SECONDS)
+        reason = tracer.stop_reason or "steps"
+        _end(tracer, events, ending, reason, "the script caught the stop and kept running")
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _restore_environment(config: dict[str, object]) -> None:
@@ -78,17 +107,7 @@ def _run(config: dict[str, object]) -> None:
         runpy.run_path(str(config["script"]), run_name="__main__")
 
 
-def _on_term(tracer: object) -> None:
-    from gradlint.runtime.tracer import Tracer
-
-    assert isinstance(tracer, Tracer)
-    tracer.request_stop("timeout")
-
-
-def _report_exception(tracer: object, events: EventWriter, error: BaseException, script: str) -> None:
-    from gradlint.runtime.tracer import Tracer
-
-    assert isinstance(tracer, Tracer)
+def _report_exception(tracer: Tracer, events: EventWriter, error: BaseException, script: str) -> None:
     path, line = _user_frame(error.__traceback__, script)
     events.emit(
         "exception",

@@ -66,7 +66,9 @@ def _line_chart(values: list[int], width: int = 640, height: int = 200) -> str:
     points = [(left + (width - left - 10) * i / span, bottom - (bottom - 10) * v / top) for i, v in enumerate(values)]
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     dots = "".join(f"<circle cx={x:.1f} cy={y:.1f} r=3 fill='#1565c0'/>" for x, y in points)
-    labels = "".join(f"<text x={x:.1f} y={height - 8} text-anchor=middle>{i + 1}</text>" for i, (x, _) in enumerate(points))
+    labels = "".join(
+        f"<text x={x:.1f} y={height - 8} text-anchor=middle>{i + 1}</text>" for i, (x, _) in enumerate(points)
+    )
     return (
         f"<svg width={width} height={height} role=img aria-label='graph nodes per step'>"
         f"<line x1={left} y1={bottom} x2={width} y2={bottom} stroke='#999'/>"
@@ -101,7 +103,9 @@ def _heatmap(steps: list[dict[str, object]]) -> str:
 
 def _cell(x: int, y: int, size: int, value: object, low: float, high: float) -> str:
     if not isinstance(value, (int, float)):
-        return f"<rect x={x} y={y} width={size - 2} height={size - 2} fill=none stroke='#bbb'><title>None</title></rect>"
+        return (
+            f"<rect x={x} y={y} width={size - 2} height={size - 2} fill=none stroke='#bbb'><title>None</title></rect>"
+        )
     if value <= 0:
         color = "#000"
     else:

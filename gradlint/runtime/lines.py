@@ -59,14 +59,16 @@ class LineTracker:
         self.hits: dict[int, tuple[int, int]] = {}  # line -> (backward count, step count) when it last ran
         self.stamp = (0, 0)
         self.watches: list[Watch] = []
+        self._previous: Callable[..., Any] | None = None
 
     def install(self) -> None:
         """Start tracing new frames."""
+        self._previous = sys.gettrace()
         sys.settrace(self._global)
 
     def uninstall(self) -> None:
-        """Stop tracing."""
-        sys.settrace(None)
+        """Stop tracing and give the previous trace function (a debugger, coverage) back."""
+        sys.settrace(self._previous)
 
     def ran_since(self, line: int, end_line: int, backwards: int | None = None, steps: int | None = None) -> bool:
         """Whether a line of `line..end_line` ran after the given backward or step count was reached."""

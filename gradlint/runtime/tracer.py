@@ -30,7 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from gradlint.runtime.errors import candidate_codes, default_code
 from gradlint.runtime.events import EventWriter
 from gradlint.runtime.graph import grad_tensors, is_accumulate, nodes
-from gradlint.runtime.lines import LineTracker, Watch, lookup
+from gradlint.runtime.lines import LineTracker, Watch
 
 _LIBRARY_DIRS = tuple(
     str(Path(path).resolve())
@@ -39,7 +39,7 @@ _LIBRARY_DIRS = tuple(
 _ROOTS_KEPT = 16  # backpropagated roots remembered, to see which later variables still reach them
 
 
-class StopTrace(BaseException):  # noqa: N818  (a control-flow signal like SystemExit, not an error)
+class StopTrace(BaseException):
     """Raised from a hook to end the script once it ran enough steps or ran out of time."""
 
 
@@ -78,6 +78,7 @@ class Tracer:
         self.steps = 0
         self.backwards = 0
         self.stop_reason: str | None = None
+        self.on_stop: Callable[[], None] | None = None  # the child's watchdog, for scripts that catch StopTrace
         self._depth = 0
         self._undo: list[Callable[[], None]] = []
         self._reported: set[tuple[str, int]] = set()
@@ -87,6 +88,8 @@ class Tracer:
         self._opt_backwards: dict[int, int] = {}
         self._stepped: dict[int, tuple[weakref.ref[torch.Tensor], int, int]] = {}  # param -> grad, version, line
         self._contributed: dict[int, int] = {}  # param -> backward line since the last step
+        # param -> (backward line, step line, grad version): a backward added onto applied gradients
+        self._contaminated: dict[int, tuple[int, int, int]] = {}
         self._discarded: dict[int, tuple[int, int]] = {}  # param -> (clear line, backward line)
         self._roots: deque[tuple[Node, int, int]] = deque(maxlen=_ROOTS_KEPT)  # node, step, line
         self._retained: dict[int, _Retained] = {}
@@ -137,8 +140,11 @@ class Tracer:
         self._undo.append(lambda: setattr(owner, name, original))
 
     def request_stop(self, reason: str) -> None:
-        """Stop the script at the next hook (a signal handler calls this at the timeout)."""
-        self.stop_reason = reason
+        """Stop the script now and at every later hook (a signal handler calls this at the timeout)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            if self.on_stop is not None:
+                self.on_stop()
         raise StopTrace(reason)
 
     def _check_stop(self) -> None:
@@ -197,7 +203,9 @@ class Tracer:
         roots = _tensors(bound.get("outputs"))
         return self._gradient_call(roots, bool(retain), False, lambda: original(*args, **kwargs))
 
-    def _gradient_call(self, roots: list[torch.Tensor], retain: bool, accumulates: bool, call: Callable[[], Any]) -> Any:
+    def _gradient_call(
+        self, roots: list[torch.Tensor], retain: bool, accumulates: bool, call: Callable[[], Any]
+    ) -> Any:
         self._check_stop()
         path, line = self._where()
         grad_enabled = torch.is_grad_enabled()
@@ -242,23 +250,18 @@ class Tracer:
             self._retain(roots, line)
 
     def _update_ledger(self, before: dict[int, Any], line: int) -> None:
-        """GL002: gradients a step already used got more added onto them, uncleared."""
-        stale = 0
+        """Note which parameters this backward reached, and which of them held gradients a step already applied."""
         for param in self._params():
             old_grad, old_version = before.get(id(param), (None, -1))
-            if param.grad is None or (param.grad is old_grad and _version(param.grad) == old_version):
+            grad = param.grad
+            if grad is None or (grad is old_grad and _version(grad) == old_version):
                 continue
             self._contributed[id(param)] = line
-            if old_grad is not None and self._is_stale(id(param), old_grad, old_version):
-                stale += 1
-        if stale:
-            step_line = next(iter(self._stepped.values()))[2]
-            self.report(
-                "GL002",
-                line,
-                f"backward added onto the gradients of {stale} parameter(s) that optimizer.step() "
-                f"(line {step_line}) had already applied; nothing cleared them in between",
-            )
+            stepped = self._stepped.get(id(param))
+            if id(param) in self._contaminated:
+                self._contaminated[id(param)] = (*self._contaminated[id(param)][:2], _version(grad))
+            elif stepped is not None and old_grad is not None and self._is_stale(id(param), old_grad, old_version):
+                self._contaminated[id(param)] = (line, stepped[2], _version(grad))
 
     def _is_stale(self, param: int, grad: torch.Tensor | None, version: int) -> bool:
         stepped = self._stepped.get(param)
@@ -300,7 +303,7 @@ class Tracer:
         if not codes or getattr(error, "_gradlint_reported", False):
             return
         error._gradlint_reported = True  # type: ignore[attr-defined]  # the top-level handler skips it
-        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0].split(' Hint:')[0]}"
         if path != self.script:
             self.report(codes[0], line, f"raised {text}", path)
             return
@@ -433,10 +436,29 @@ class Tracer:
         if grads and all(self._is_stale(pid, grad, _version(grad)) for pid, grad in grads):
             step_line = self._stepped[grads[0][0]][2]
             self.report(
-                "GL011", line, f"optimizer.step() runs again on the gradients the step at line {step_line} already applied"
+                "GL011",
+                line,
+                f"optimizer.step() runs again on the gradients the step at line {step_line} already applied",
             )
+        self._check_contaminated(params)
         cleared = self._check_discarded(params, line)
         self._check_dead(optimizer, params, cleared)
+
+    def _check_contaminated(self, params: list[torch.Tensor]) -> None:
+        """GL002: the step applies gradients that a backward added onto gradients an earlier step applied."""
+        stale = [
+            found
+            for p in params
+            if (found := self._contaminated.pop(id(p), None)) is not None and _version(p.grad) == found[2]
+        ]
+        if stale:
+            backward_line, step_line, _ = stale[0]
+            self.report(
+                "GL002",
+                backward_line,
+                f"backward added onto the gradients of {len(stale)} parameter(s) that optimizer.step() "
+                f"(line {step_line}) had already applied, and the next step applied the sum; nothing cleared them",
+            )
 
     def _check_discarded(self, params: list[torch.Tensor], line: int) -> bool:
         """GL002: a clear between backward and step, or one that throws away accumulated micro-batches."""
@@ -488,6 +510,7 @@ class Tracer:
         for param in self._params(optimizer):
             self._contributed.pop(id(param), None)
             self._discarded.pop(id(param), None)
+            self._contaminated.pop(id(param), None)
             if param.grad is not None:
                 self._stepped[id(param)] = (weakref.ref(param.grad), _version(param.grad), line)
         self._opt_steps[id(optimizer)] = self._opt_steps.get(id(optimizer), 0) + 1
@@ -511,7 +534,9 @@ class Tracer:
 
     # -- clearing, clipping, scaling ------------------------------------------------------
 
-    def _optimizer_zero_grad(self, original: Callable[..., Any], optimizer: torch.optim.Optimizer, *a: Any, **k: Any) -> Any:
+    def _optimizer_zero_grad(
+        self, original: Callable[..., Any], optimizer: torch.optim.Optimizer, *a: Any, **k: Any
+    ) -> Any:
         self._clear(self._params(optimizer))
         return original(optimizer, *a, **k)
 
@@ -522,6 +547,7 @@ class Tracer:
     def _clear(self, params: list[torch.Tensor]) -> None:
         line = self._line()
         for param in params:
+            self._contaminated.pop(id(param), None)
             backward_line = self._contributed.pop(id(param), None)
             if backward_line is not None:
                 self._discarded[id(param)] = (line, backward_line)

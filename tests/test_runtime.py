@@ -1,0 +1,228 @@
+"""`gradlint trace` on the tiny real scripts of fixtures/runtime, through the command line.
+
+Markers in a fixture: `# trace: GL001` on a line the trace must confirm,
+`# trace-not-reached: GL001` on a buggy line that never runs, and
+`# trace-options: --steps 6` for options the script needs. A fixture without
+`# trace:` markers is a clean look-alike: nothing may be confirmed or found in it.
+All traces run once, in parallel, at the start of the module (each is a child
+process that imports torch, which dominates its time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from gradlint.cli import main  # noqa: E402  (after the skip: these tests need torch)
+from gradlint.runtime import command  # noqa: E402
+from gradlint.runtime.events import EventWriter  # noqa: E402
+from gradlint.runtime.tracer import Tracer  # noqa: E402
+
+ROOT = Path(__file__).parent.parent
+FIXTURES = ROOT / "fixtures" / "runtime"
+MARKER = re.compile(r"#\s*trace(?P<kind>-not-reached)?:\s*(?P<codes>GL\d{3}(?:\s*,\s*GL\d{3})*)")
+OPTIONS = re.compile(r"#\s*trace-options:\s*(?P<options>.*)")
+RULE_FIXTURES = sorted(path.name for path in FIXTURES.glob("gl*.py"))
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One `gradlint trace --format json` run."""
+
+    returncode: int
+    report: dict[str, object]
+    stderr: str
+
+    @property
+    def findings(self) -> list[dict[str, object]]:
+        return self.report["findings"]  # type: ignore[return-value]
+
+    def at(self, line: int, code: str) -> list[dict[str, object]]:
+        return [f for f in self.findings if f["line"] == line and f["code"] == code]
+
+    def found(self) -> list[dict[str, object]]:
+        return [f for f in self.findings if f["status"] in ("confirmed", "runtime-only")]
+
+
+def markers(path: Path, kind: str) -> set[tuple[int, str]]:
+    wanted = set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        match = MARKER.search(line)
+        if match and (match["kind"] or "") == kind:
+            wanted.update((number, code.strip()) for code in match["codes"].split(","))
+    return wanted
+
+
+def options(path: Path) -> list[str]:
+    match = OPTIONS.search(path.read_text())
+    return shlex.split(match["options"]) if match else []
+
+
+def trace(temporary: Path, *args: str) -> Traced:
+    result = subprocess.run(
+        [sys.executable, "-m", "gradlint", "trace", "--format", "json", "--quiet-script", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(temporary)},  # the children's files, to find any left running
+        timeout=240,
+        check=False,
+    )
+    return Traced(result.returncode, json.loads(result.stdout), result.stderr)
+
+
+RUNS: dict[str, tuple[str, ...]] = {
+    **{name: (*options(FIXTURES / name), f"fixtures/runtime/{name}") for name in RULE_FIXTURES},
+    "module": ("-m", "fixtures.runtime.gl001_bug"),
+    "swallow": ("fixtures/runtime/robust_swallow.py",),
+    "hang": ("--timeout", "20", "fixtures/runtime/robust_hang.py"),
+}
+
+
+@pytest.fixture(scope="module")
+def temporary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("trace")
+
+
+@pytest.fixture(scope="module")
+def traced(temporary: Path) -> dict[str, Traced]:
+    runs = {**RUNS, "gl006_bug.py": ("--report", str(temporary / "report.html"), *RUNS["gl006_bug.py"])}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {key: pool.submit(trace, temporary, *args) for key, args in runs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_FIXTURES if markers(FIXTURES / n, "")])
+def test_buggy_lines_are_confirmed(traced: dict[str, Traced], name: str) -> None:
+    run = traced[name]
+    for line, code in markers(FIXTURES / name, ""):
+        statuses = [f["status"] for f in run.at(line, code)]
+        assert statuses == ["confirmed"], (line, code, run.findings, run.stderr)
+    assert run.returncode == 1
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_FIXTURES if markers(FIXTURES / n, "")])
+def test_nothing_else_is_found(traced: dict[str, Traced], name: str) -> None:
+    expected = markers(FIXTURES / name, "")
+    unexpected = [f for f in traced[name].found() if (f["line"], f["code"]) not in expected]
+    assert unexpected == []
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_FIXTURES if markers(FIXTURES / n, "-not-reached")])
+def test_lines_that_never_ran_are_not_reached(traced: dict[str, Traced], name: str) -> None:
+    run = traced[name]
+    for line, code in markers(FIXTURES / name, "-not-reached"):
+        assert [f["status"] for f in run.at(line, code)] == ["not-reached"], (line, code, run.findings)
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_FIXTURES if not markers(FIXTURES / n, "")])
+def test_clean_look_alikes_confirm_nothing(traced: dict[str, Traced], name: str) -> None:
+    run = traced[name]
+    assert run.found() == [], run.findings
+    assert run.returncode == 0
+    assert run.report["run"]["reason"] in ("steps", "finished")  # type: ignore[index]
+
+
+def test_every_rule_of_the_first_seven_has_buggy_clean_and_unreached_fixtures() -> None:
+    for number in range(1, 8):
+        code = f"GL{number:03d}"
+        bug = [n for n in RULE_FIXTURES if (FIXTURES / n).read_text().count(f"# trace: {code}")]
+        unreached = [n for n in RULE_FIXTURES if (FIXTURES / n).read_text().count(f"# trace-not-reached: {code}")]
+        assert bug and unreached and (FIXTURES / f"gl{number:03d}_clean.py").is_file(), code
+
+
+def test_script_exceptions_are_reported_with_their_user_line(traced: dict[str, Traced]) -> None:
+    exception = traced["gl004_bug.py"].report["run"]["exception"]  # type: ignore[index]
+    assert exception["type"] == "RuntimeError"
+    assert exception["line"] == 18
+    assert "inplace operation" in exception["message"]
+
+
+def test_html_report_is_self_contained(traced: dict[str, Traced], temporary: Path) -> None:
+    assert traced["gl006_bug.py"].returncode == 1
+    page = (temporary / "report.html").read_text()
+    assert "<svg" in page and "confirmed" in page and "none of the 2 parameters" in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_module_runs_like_python_dash_m(traced: dict[str, Traced]) -> None:
+    run = traced["module"]
+    assert [f["status"] for f in run.at(18, "GL001")] == ["confirmed"]
+
+
+def test_script_that_swallows_the_stop_is_ended(traced: dict[str, Traced]) -> None:
+    run = traced["swallow"]
+    assert run.report["run"]["reason"] == "steps"  # type: ignore[index]
+    assert "caught the stop" in run.report["run"]["detail"]  # type: ignore[index]
+
+
+def test_script_that_ignores_sigterm_is_killed_at_the_timeout(traced: dict[str, Traced]) -> None:
+    run = traced["hang"]
+    assert run.report["run"]["reason"] == "timeout"  # type: ignore[index]
+    assert run.report["run"]["steps"] == 2  # type: ignore[index]  # streamed before the kill
+    assert run.returncode == 0
+
+
+def test_no_traced_process_is_left_behind(traced: dict[str, Traced], temporary: Path) -> None:
+    processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert str(temporary) not in processes
+
+
+def test_script_output_is_relayed_to_stderr_and_text_report_to_stdout() -> None:
+    result = CliRunner().invoke(main, ["trace", str(FIXTURES / "robust_exit.py"), "--", "--lr", "0.5"])
+    assert "argv: ['--lr', '0.5']" in result.stderr
+    assert "the script called sys.exit: 3" in result.stderr
+    assert result.stdout == ""
+    assert result.exit_code == 0
+
+
+def test_without_torch_trace_says_so_and_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(command, "torch_available", lambda: False)
+    result = CliRunner().invoke(main, ["trace", str(FIXTURES / "gl001_bug.py")])
+    assert result.exit_code == 2
+    assert "needs torch" in result.stderr
+
+
+def test_missing_script_exits_2() -> None:
+    result = CliRunner().invoke(main, ["trace", "no/such/script.py"])
+    assert result.exit_code == 2
+
+
+def test_every_patch_is_restored(tmp_path: Path) -> None:
+    patched = [
+        (torch.Tensor, "backward"),
+        (torch.autograd, "backward"),
+        (torch.autograd, "grad"),
+        (torch.optim.Optimizer, "zero_grad"),
+        (torch.optim.Optimizer, "__init__"),
+        (torch.nn.Module, "zero_grad"),
+        (torch.nn.utils, "clip_grad_norm_"),
+        (torch.amp.GradScaler, "unscale_"),
+    ]
+    originals = [getattr(owner, name) for owner, name in patched]
+    trace_function = sys.gettrace()
+    tracer = Tracer(str(tmp_path / "script.py"), [], 3, EventWriter(str(tmp_path / "events")))
+    tracer.install()
+    try:
+        assert [getattr(owner, name) for owner, name in patched] != originals
+    finally:
+        tracer.uninstall()
+    assert [getattr(owner, name) for owner, name in patched] == originals
+    assert sys.gettrace() is trace_function
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()  # the global optimizer hooks are gone too: no StopTrace, no events
+    assert tracer.steps == 0
