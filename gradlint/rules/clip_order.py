@@ -74,7 +74,10 @@ class ClipOrder(Rule):
             if _measures_only(clip.node):
                 continue
             index = step.events.index(clip)
-            before, after = step.events[:index], step.events[index + 1 :]
+            # Events in the other branch of an `if` (`if use_amp: ... else: ...`) never run with this clip.
+            exclusive = self.analysis.branches.exclusive
+            before = tuple(event for event in step.events[:index] if not exclusive(event, clip))
+            after = tuple(event for event in step.events[index + 1 :] if not exclusive(clip, event))
             previous = _first(reversed(before), ORDER)
             following = _first(after, ORDER) or (_first(before, ORDER) if cyclic else None)
             if following is not None and following.kind is Kind.STEP:
@@ -93,14 +96,27 @@ class ClipOrder(Rule):
         self, step: TrainingStep, clip: Event, before: tuple[Event, ...], wrapped: tuple[Event, ...]
     ) -> None:
         # Walk back from the clip (round the loop if needed) to the backward that made the gradients.
-        scaled_step = any(event.kind is Kind.SCALE for event in step.events)
         for event in (*reversed(before), *reversed(wrapped)):
             if event.kind is Kind.UNSCALE:
                 return
             if event.kind is Kind.BACKWARD:
-                if event.via_scaler or scaled_step:
+                if event.via_scaler or self._scaled_value(event):
                     self.report(self._where(clip, event), SCALED, self._unscale_first(step, clip))
                 return
+
+    def _scaled_value(self, backward: Event) -> bool:
+        """Whether the backward runs on a name bound to `scaler.scale(loss)`."""
+        key = backward.target
+        if key is None:
+            return False
+        statement = self.analysis.statement_of(backward.node)  # type: ignore[arg-type]  # a backward is a call
+        return any(
+            isinstance(definition.value, cst.Call)
+            and isinstance(definition.value.func, cst.Attribute)
+            and definition.value.func.attr.value == "scale"
+            and self.analysis.roles.is_scaler(definition.value.func.value)
+            for definition in self.analysis.origins.definitions(key, statement)
+        )
 
     def _unscale_first(self, step: TrainingStep, clip: Event) -> Fix | None:
         """Insert `scaler.unscale_(optimizer)` before the clip when one optimizer is stepped by the scaler."""
