@@ -75,3 +75,10 @@ def test_criterion_sides_split_prediction_and_target() -> None:
     triplet = cst.parse_expression("F.triplet_margin_loss(a, p, n)")
     assert isinstance(triplet, cst.Call)
     assert len(criterion_sides(triplet)[0]) == 3 and criterion_sides(triplet)[1] == []
+
+
+def test_as_tensor_of_a_tensor_keeps_its_history() -> None:
+    live, cuts = lineage_of_backward("loss = torch.as_tensor(criterion(model(x), y))\nloss.backward()")
+    assert live and cuts == []
+    live, cuts = lineage_of_backward("loss = torch.as_tensor(criterion(model(x), y).item())\nloss.backward()")
+    assert not live and len(cuts) == 1

@@ -397,6 +397,8 @@ class Lineages:
         first = self._trace(arguments[0], at, bindings, depth) if arguments else NONE
         if name in CUTTING_FUNCTIONS:
             return first.cut_by(call)
+        if name == "as_tensor" and first.live:
+            return first  # as_tensor hands a tensor back as it is, history included
         if name in REWRAPPING:
             return first.cut_by(call) if first.grad else _leaf_or_none(call)
         if name == "Parameter":

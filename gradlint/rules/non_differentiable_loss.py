@@ -11,7 +11,8 @@ from gradlint.rule import Rule
 NEW_LEAF = (
     "the loss is made a new leaf that requires grad: backward() no longer fails, but no parameter gets a gradient"
 )
-LEAF_CONSTRUCTORS = frozenset({"tensor", "as_tensor", "Tensor", "FloatTensor", "DoubleTensor", "Variable"})
+# Constructors that accept requires_grad=True; Variable(loss, requires_grad=True) detaches too.
+LEAF_CONSTRUCTORS = frozenset({"tensor", "Tensor", "FloatTensor", "DoubleTensor", "Variable"})
 
 
 class NonDifferentiableLoss(Rule):
