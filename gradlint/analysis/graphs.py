@@ -32,13 +32,13 @@ from gradlint.analysis.values import (
 SAVES_OUTPUT = frozenset(
     {
         "exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_", "tanh", "tanh_", "relu", "relu_", "softmax",
-        "log_softmax", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "norm", "prod",
+        "log_softmax", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "norm", "prod", "tan",
     }
 )  # fmt: skip
 # Checked against torch 2.13: changing the argument in place, then backward, raises.
 SAVES_INPUT = frozenset(
     {
-        "log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "pow",
+        "log", "log1p", "log2", "log10", "sin", "cos", "asin", "acos", "atan", "sinh", "cosh", "pow",
         "square", "abs", "clamp", "clip", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
         "hardtanh", "hardsigmoid", "logsigmoid", "mish", "erf", "normalize", "layer_norm", "group_norm",
         "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min",

@@ -61,10 +61,6 @@ class Leaves:
         """True when `expression`, just before statement `at`, is a leaf that requires grad."""
         return self.held(expression, at) is Held.LEAF
 
-    def is_leaf_iterable(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        """True when iterating `expression` yields leaves that require grad."""
-        return self.held(expression, at) is Held.LEAVES
-
     def held(self, expression: cst.BaseExpression, at: cst.CSTNode) -> Held:
         """What `expression` holds just before statement (or call, or loop) `at`."""
         if self._depth > MAX_DEPTH:

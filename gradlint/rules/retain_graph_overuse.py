@@ -84,7 +84,8 @@ class RetainGraphOveruse(Rule):
         loop = event.loops[-1] if event.loops else None
         if loop is not None and self._graph_built_before(event, loop):
             return  # the next iteration backpropagates through it again
-        later = [e for e in events[index + 1 :] if _backpropagates(e) and (loop is None or loop in e.loops)]
+        functions = {function.name.value for function in self.analysis.collected.functions}
+        later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
         if not later and self._hands_graph_to_caller(scope, event, events):
             return
         if not later:
@@ -143,10 +144,12 @@ class RetainGraphOveruse(Rule):
         )
 
 
-def _backpropagates(event: Event) -> bool:
+def _backpropagates(event: Event, functions: set[str]) -> bool:
     # Some wrappers backpropagate the loss they are given: tianshou's optim.step(loss, retain_graph=True).
-    if event.kind is Kind.STEP:
-        return not event.via_scaler and isinstance(event.node, cst.Call) and bool(event.node.args)
+    # A closure passed to LBFGS's step(closure) is not one: its own events are inlined already.
+    if event.kind is Kind.STEP and isinstance(event.node, cst.Call) and event.node.args and not event.via_scaler:
+        argument = event.node.args[0].value
+        return not (isinstance(argument, cst.Name) and argument.value in functions)
     return event.kind in BACKPROPAGATING
 
 

@@ -1,0 +1,72 @@
+"""The saved-for-backward tables of analysis/graphs.py, checked against torch itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gradlint.analysis.graphs import SAVES_INPUT, SAVES_OUTPUT
+
+torch = pytest.importorskip("torch")
+functional = torch.nn.functional
+
+# Arguments beyond the tensor for the functions that need them.
+EXTRA: dict[str, Callable[[Any], tuple[Any, ...]]] = {
+    "softmax": lambda x: (-1,),
+    "log_softmax": lambda x: (-1,),
+    "pow": lambda x: (3,),
+    "clamp": lambda x: (0.5, 2.5),
+    "clip": lambda x: (0.5, 2.5),
+    "layer_norm": lambda x: ((4,),),
+    "group_norm": lambda x: (2,),
+    "batch_norm": lambda x: (None, None, None, None, True),
+    "add": lambda x: (1,),
+    "mul": lambda x: (2,),
+    "linear": lambda x: (torch.randn(2, 4, requires_grad=True),),
+    "conv1d": lambda x: (torch.randn(2, 3, 2, requires_grad=True),),
+    "conv2d": lambda x: (torch.randn(2, 3, 2, 2, requires_grad=True),),
+    "conv3d": lambda x: (torch.randn(2, 3, 2, 2, 2, requires_grad=True),),
+    "cumprod": lambda x: (-1,),
+}
+SHAPES = {"conv1d": (2, 3, 4), "conv2d": (2, 3, 4, 4), "conv3d": (2, 3, 4, 4, 4), "group_norm": (2, 4, 3)}
+
+
+def _function(name: str) -> Callable[..., Any]:
+    for namespace in (functional, torch):
+        if hasattr(namespace, name):
+            return getattr(namespace, name)  # type: ignore[no-any-return]  # torch functions are untyped here
+    raise AssertionError(f"torch has no function {name}")
+
+
+def _modify_then_backward(name: str, modify_output: bool) -> bool:
+    """Whether changing the output (or input) of `name` in place makes backward raise."""
+    leaf = torch.rand(*SHAPES.get(name, (3, 4)), requires_grad=True)
+    value = leaf * 1.0 + 1.5  # positive, away from clamp bounds and kinks; not a leaf
+    result = _function(name)(value, *EXTRA.get(name, lambda x: ())(value))
+    if isinstance(result, tuple):
+        result = result[0]
+    (result if modify_output else value).add_(1)
+    try:
+        result.sum().backward()
+    except RuntimeError as error:
+        return "inplace operation" in str(error)
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(name for name in SAVES_OUTPUT if not name.endswith("_")))
+def test_changing_the_output_breaks_backward(name: str) -> None:
+    assert _modify_then_backward(name, modify_output=True)
+
+
+@pytest.mark.parametrize("name", sorted(SAVES_INPUT))
+def test_changing_the_input_breaks_backward(name: str) -> None:
+    assert _modify_then_backward(name, modify_output=False)
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "sum", "neg", "flatten"])
+def test_ops_left_out_save_nothing(name: str) -> None:
+    assert name not in SAVES_OUTPUT | SAVES_INPUT
+    assert not _modify_then_backward(name, modify_output=True)
+    assert not _modify_then_backward(name, modify_output=False)
