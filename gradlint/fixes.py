@@ -76,12 +76,14 @@ class _LineFinder(cst.CSTVisitor):
         return False  # statements never nest inside a simple line
 
 
-def wrap_in_with(line: cst.SimpleStatementLine, context: cst.BaseExpression) -> cst.With:
-    """`with context:` around `line`; comments above the line stay above the `with`."""
+def wrap_in_with(
+    statement: cst.SimpleStatementLine | cst.BaseCompoundStatement, context: cst.BaseExpression
+) -> cst.With:
+    """`with context:` around `statement`; comments above it stay above the `with`."""
     return cst.With(
         items=[cst.WithItem(context)],
-        body=cst.IndentedBlock([line.with_changes(leading_lines=())]),
-        leading_lines=line.leading_lines,
+        body=cst.IndentedBlock([statement.with_changes(leading_lines=())]),
+        leading_lines=statement.leading_lines,
     )
 
 

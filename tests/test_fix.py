@@ -292,3 +292,24 @@ for x, y in loader:
 def test_gl005_retain_graph_is_removed_with_tidy_commas(call: str, expected: str) -> None:
     source = GL005_RETAIN.replace("loss.backward(retain_graph=True)", call)
     assert fixed(source) == GL005_RETAIN.replace("loss.backward(retain_graph=True)", expected)
+
+
+GL009_EVAL = """\
+import torch
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    # one pass over the validation set
+    for x, y in loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+"""
+
+
+def test_gl009_loop_is_wrapped_in_no_grad_only_as_an_unsafe_fix() -> None:
+    assert fixed(GL009_EVAL) == GL009_EVAL
+    assert fixed(GL009_EVAL, unsafe=True) == GL009_EVAL.replace(
+        "    for x, y in loader:\n        correct",
+        "    with torch.no_grad():\n        for x, y in loader:\n            correct",
+    )

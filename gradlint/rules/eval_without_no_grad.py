@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gradlint.rule import Rule
+import libcst as cst
+
+from gradlint.fixes import reference, replacement_fix, wrap_in_with
+from gradlint.rule import Fix, Rule
 
 
 class EvalWithoutNoGrad(Rule):
@@ -56,4 +59,15 @@ class EvalWithoutNoGrad(Rule):
 
     def check_module(self) -> None:
         for call in self.analysis.evaluation.graph_building_forwards():
-            self.report(call)
+            self.report(call, fix=self._wrap_loop(call))
+
+    def _wrap_loop(self, call: cst.Call) -> Fix | None:
+        """Run the loop under `torch.no_grad()`: unsafe, as code of other modules it calls may need gradients."""
+        no_grad = reference(self.analysis.imports, "torch.no_grad")
+        if no_grad is None:
+            return None
+        loop = self.analysis.context(call).loops[-1]
+        wrapped = wrap_in_with(loop, cst.Call(no_grad))
+        return replacement_fix(
+            self.analysis.module, {loop: wrapped}, "run the loop under `torch.no_grad()`", safe=False
+        )
