@@ -26,17 +26,22 @@ CACHE_DIR = ".gradlint_cache"
 _PACKAGE = Path(__file__).parent
 
 
-@cache
 def fingerprint() -> str:
-    """A hash of gradlint's version, its registered rules and the source of its modules."""
+    """A hash of gradlint's version, the source of its modules and the rules registered now."""
     from gradlint import __version__  # here: the package imports this module while it initializes
 
-    digest = hashlib.sha256(__version__.encode())
+    digest = hashlib.sha256(f"{__version__}\0{_source_digest()}\0".encode())
+    for code, rule in all_rules().items():  # rules registered from outside the package, too
+        digest.update(f"{code}={rule.__module__}.{rule.__qualname__}\0".encode())
+    return digest.hexdigest()
+
+
+@cache
+def _source_digest() -> str:
+    digest = hashlib.sha256()
     for path in sorted(_PACKAGE.rglob("*.py")):
         digest.update(path.relative_to(_PACKAGE).as_posix().encode())
         digest.update(path.read_bytes())
-    for code, rule in all_rules().items():  # rules registered from outside the package, too
-        digest.update(f"{code}={rule.__module__}.{rule.__qualname__}".encode())
     return digest.hexdigest()
 
 
@@ -62,7 +67,7 @@ class ResultCache:
         """The stored findings for `key`, or None when there is no usable entry."""
         try:
             return [_decode(item) for item in json.loads(self._entry(key).read_bytes())]
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None  # missing, half-written by a crashed older version, or corrupt: a miss
 
     def put(self, key: str, diagnostics: list[Diagnostic]) -> None:
