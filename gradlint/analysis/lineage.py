@@ -141,6 +141,7 @@ class Lineages:
         self.origins = origins
         self._cache: dict[tuple[cst.CSTNode, cst.CSTNode], Lineage] = {}
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
+        self._cut_short = False
 
     def of(self, expression: cst.BaseExpression, at: cst.CSTNode) -> Lineage:
         """The lineage of `expression` evaluated just before statement `at`."""
@@ -190,12 +191,13 @@ class Lineages:
     def _trace(self, node: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings, depth: int) -> Lineage:
         if depth > MAX_DEPTH:
             return UNKNOWN
-        cacheable = not bindings
-        if cacheable and (node, at) in self._cache:
+        if not bindings and (node, at) in self._cache:
             return self._cache[(node, at)]
+        outer, self._cut_short = self._cut_short, False
         result = self._trace_node(node, at, bindings, depth)
-        if cacheable:
-            self._cache[(node, at)] = result
+        if not bindings and not self._cut_short:
+            self._cache[(node, at)] = result  # a result that met a cycle is partial: not kept
+        self._cut_short = outer or self._cut_short
         return result
 
     def _trace_node(self, node: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings, depth: int) -> Lineage:
@@ -255,6 +257,7 @@ class Lineages:
         if key is None:
             return self._trace(node.value, at, bindings, depth) if isinstance(node, cst.Attribute) else UNKNOWN
         if (key, at) in self._in_progress:
+            self._cut_short = True
             return NONE  # a value carried round a loop: its other definitions decide
         self._in_progress.add((key, at))
         try:
