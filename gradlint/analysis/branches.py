@@ -57,7 +57,7 @@ class Branches:
                 if (
                     self.branch_of(one, first.node) is one.body
                     and self.branch_of(other, second.node) is other.body
-                    and _negates(one.test, other.test)
+                    and negates(one.test, other.test)
                 ):
                     return True
         return False
@@ -76,7 +76,7 @@ class Branches:
         return isinstance(exit_statement, LOOP_EXITS) and first.loops == second.loops
 
 
-def _negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
+def negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
     """True for `x` / `not x` and `x is None` / `x is not None` (either way round)."""
     for test, other in ((first, second), (second, first)):
         if (
