@@ -67,7 +67,7 @@ class Evaluation:
         self.events = events
         self.values = values
         self.callers = callers
-        self.forwards = ForwardCalls(collected, roles)
+        self.forwards = ForwardCalls(collected, roles, events)
         self._calls: dict[Scope, list[cst.Call]] = {}
         for call in collected.calls:
             self._calls.setdefault(collected.contexts[call].scope, []).append(call)
@@ -104,8 +104,8 @@ class Evaluation:
         func = call.func
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("eval", "train"):
             return False
-        if not self._is_model(func.value, call):
-            return False
+        if dotted_name(func.value) is None or not self._is_model(func.value, call):
+            return False  # Net(...).eval() builds a module in eval mode; it switches no model
         if func.attr.value == "eval":
             return to_eval and not call.args  # eval(...) with arguments is not nn.Module.eval()
         first = call.args[0].value if call.args else None

@@ -16,8 +16,9 @@ import libcst as cst
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import last_name
 from gradlint.analysis.roles import MODULE_PASSTHROUGH, Role, Roles
+from gradlint.analysis.steps import EventIndex
 
-ACCESSOR = re.compile(r"(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
+ACCESSOR = re.compile(r"_*(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
 
 
 def constructs(call: cst.Call) -> bool:
@@ -42,14 +43,17 @@ def fetches_module(call: cst.Call) -> bool:
 class ForwardCalls:
     """Answers whether a call runs a model's forward pass."""
 
-    def __init__(self, collected: Collected, roles: Roles) -> None:
+    def __init__(self, collected: Collected, roles: Roles, events: EventIndex) -> None:
         self.collected = collected
         self.roles = roles
+        self.events = events
 
     def is_forward(self, call: cst.Call) -> bool:
         """True for `model(x)`, `self.encoder(x)`, `model.forward(x)`, `self(x)` in a module class."""
         if constructs(call) or fetches_module(call):
             return False
+        if call in self.collected.contexts and self.events.resolve_helper(call) is not None:
+            return False  # a function of this module (`_make_encoder(...)`), not a module's forward
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
