@@ -23,7 +23,8 @@ class LateRetainGrad(Rule):
     is computed, before `backward()`.
 
     A `retain_grad()` followed by another backward pass (a second loss, the next
-    iteration over the same tensor) is not reported.
+    iteration over the same tensor), or on a tensor the function returns to its caller,
+    is not reported.
 
     Known problems
     A backward pass that a caller runs after the function returns is not seen.
@@ -67,6 +68,8 @@ class LateRetainGrad(Rule):
             return  # nothing ran yet, or a later backward pass will fill it
         if any(self._repeats_with_same_tensor(loop, key, before) for loop in context.loops):
             return
+        if self._handed_to_caller(key, node):
+            return
         if self._existed_before(key, node, before[-1]):
             self.report(node)
 
@@ -79,6 +82,20 @@ class LateRetainGrad(Rule):
         same_value = bool(origins.definitions(key, statement_of(call)) & origins.definitions(key, at))
         return same_value and origins.reads(later.value, key, at)
 
+    def _handed_to_caller(self, key: str, call: cst.Call) -> bool:
+        """Whether the function returns the tensor itself (not its `.grad`): its caller may backpropagate again."""
+        analysis = self.analysis
+        scope = analysis.context(call).scope
+        order = analysis.collected.order
+        return any(
+            isinstance(statement, cst.Return)
+            and statement.value is not None
+            and analysis.context(statement).scope is scope
+            and order[statement] > order[call]
+            and key in _returned_names(statement.value)
+            for statement in analysis.collected.statements
+        )
+
     def _repeats_with_same_tensor(self, loop: cst.For | cst.While, key: str, before: list[Event]) -> bool:
         """Whether the next pass of `loop` backpropagates again through the same tensor."""
         return any(loop in event.loops for event in before) and not self.analysis.rebinds(loop, key)
@@ -89,3 +106,12 @@ class LateRetainGrad(Rule):
         order = analysis.collected.order
         definitions = analysis.origins.definitions(key, analysis.statement_of(call))
         return all(d is OUTSIDE or order.get(d.node, 0) < order[backward.site] for d in definitions)
+
+
+def _returned_names(value: cst.BaseExpression) -> set[str | None]:
+    # Ex) return h  /  return logits, h  /  return {"hidden": h}
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return {dotted_name(element.value) for element in value.elements}
+    if isinstance(value, cst.Dict):
+        return {dotted_name(element.value) for element in value.elements if isinstance(element, cst.DictElement)}
+    return {dotted_name(value)}
