@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+import libcst.matchers as m
 
 from gradlint.analysis import Role, TrainingStep
 from gradlint.analysis.collect import Loop
@@ -108,9 +109,18 @@ class OptimizerInLoop(Rule):
         return [call for call in self.analysis.collected.calls if region in contexts[call].loops]
 
     def _constructs_optimizer(self, call: cst.Call) -> bool:
-        # A class instantiation (`Adam(...)`, `GradScaler()`), not `self.optimizers()` fetching one.
+        # A class instantiation (`Adam(...)`, `GradScaler()`), not `self.optimizers()` fetching one;
+        # a GradScaler(enabled=False) keeps no state.
         name = last_name(call.func) or ""
-        return name[:1].isupper() and self.analysis.roles.role_of_value(call) in (Role.OPTIMIZER, Role.SCALER)
+        disabled = any(
+            arg.keyword is not None and arg.keyword.value == "enabled" and m.matches(arg.value, m.Name("False"))
+            for arg in call.args
+        )
+        return (
+            name[:1].isupper()
+            and not disabled
+            and self.analysis.roles.role_of_value(call) in (Role.OPTIMIZER, Role.SCALER)
+        )
 
     def _over_fresh_parameters(self, call: cst.Call, step_node: Loop | cst.FunctionDef) -> bool:
         """Whether the parameters it optimizes are themselves created anew in this iteration."""
