@@ -10,6 +10,8 @@ elsewhere, so the name's own origin decides.
 
 from __future__ import annotations
 
+from enum import Enum
+
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, GradMode, grad_mode_of
@@ -28,6 +30,14 @@ DATA_METHODS = frozenset(
 DATA_PARAMETERS = frozenset(
     {"batch", "batch_idx", "inputs", "targets", "target", "labels", "label", "images", "data", "sample", "samples"}
 )
+
+
+class Operand(Enum):
+    """What an input of a computation is known to be."""
+
+    NO_GRAD = "computed with autograd off"
+    DATA = "a batch or a constant"
+    UNKNOWN = "unknown"
 
 
 class NoGradValues:
@@ -64,13 +74,13 @@ class NoGradValues:
         operands = self._operands(expression)
         if operands is None:
             return False
-        verdicts = [self._operand(operand, at, depth) for operand in operands]
-        return "no-grad" in verdicts and all(verdict in ("no-grad", "data") for verdict in verdicts)
+        kinds = [self._operand(operand, at, depth) for operand in operands]
+        return Operand.NO_GRAD in kinds and Operand.UNKNOWN not in kinds
 
-    def _operand(self, operand: cst.BaseExpression, at: cst.CSTNode, depth: int) -> str:
+    def _operand(self, operand: cst.BaseExpression, at: cst.CSTNode, depth: int) -> Operand:
         if self.computed_without_grad(operand, at, depth):
-            return "no-grad"
-        return "data" if self._is_data(operand, at, depth) else "unknown"
+            return Operand.NO_GRAD
+        return Operand.DATA if self._is_data(operand, at, depth) else Operand.UNKNOWN
 
     def _runs_without_grad(self, call: cst.Call) -> bool:
         # A same-module helper decorated with @torch.no_grad() returns values without history.
