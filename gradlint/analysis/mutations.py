@@ -131,10 +131,10 @@ class Mutations:
                 continue
             target = statement.targets[0].target
             key = dotted_name(target)
-            if key is None or _releafs(statement.value):
+            if key is None or not self.leaves.is_leaf(target, statement) or _releafs(statement.value):
                 continue
             read = set(names_in(statement.value))
-            if key in read and f"{key}.grad" in read and self.leaves.is_leaf(target, statement):
+            if key in read and f"{key}.grad" in read:
                 updates.append(ManualUpdate(statement, target, statement, rebinding=True))
         return updates
 
