@@ -98,13 +98,13 @@ class Leaves:
         local = [binding for binding in bindings.get((scope, key), []) if binding[0] < order]
         if local:
             return self._resolve(local[-1][1])
+        if isinstance(scope, cst.FunctionDef) and key in _parameter_names(scope):
+            return self._held_by_parameter(key, scope)
         if (scope, key) in bindings and "." not in key:
             return Held.OTHER  # bound later in this scope only: a local not yet assigned
         return self._held_outside(expression, key, scope)
 
     def _held_outside(self, expression: cst.Name | cst.Attribute, key: str, scope: Scope) -> Held:
-        if isinstance(scope, cst.FunctionDef) and key in _parameter_names(scope):
-            return self._held_by_parameter(key, scope)
         module_bindings = self.bindings().get((self.collected.module, key), [])
         if module_bindings and scope is not self.collected.module:
             return self._resolve(module_bindings[-1][1])
