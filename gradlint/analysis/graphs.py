@@ -46,6 +46,9 @@ SAVES_INPUT = frozenset(
 )  # fmt: skip
 # Saves an argument only when another argument requires grad (the product rule).
 SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer", "dot"})
+# Modules whose forward saves its output (as the functions above do), or neither output nor input.
+OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSoftmax"})
+NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
 MAX_DEPTH = 8
 
@@ -175,7 +178,7 @@ class Graphs:
             return False
         if not self.requires_grad(definition.value, definition):
             return False
-        if _saves_output(definition.value):
+        if _saves_output(definition.value) or self._module_kind(definition.value) == "output":
             return True
         start, end = self.collected.order[definition], self.collected.order[at]
         if start > end:
@@ -198,10 +201,23 @@ class Graphs:
             return name in SAVES_INPUT or (name in SAVES_OUTPUT and name.endswith("_"))
         if not any(_refers_to(argument, key) for argument in arguments):
             return False
-        if name in SAVES_INPUT or self.roles.role(node.func) is Role.MODEL:
+        if name in SAVES_INPUT or self._module_kind(node) == "input":
             return True
         others = [argument for argument in arguments if not _refers_to(argument, key)]
         return name in SAVES_INPUT_IF_OTHER and any(self.requires_grad(other, statement) for other in others)
+
+    def _module_kind(self, value: cst.BaseExpression) -> str | None:
+        """What a call of a module saves: "output" (nn.Sigmoid), "input" (nn.Linear, any other), or None."""
+        if not isinstance(value, cst.Call) or self.roles.role(value.func) is not Role.MODEL:
+            return None
+        key = dotted_name(value.func)
+        built = [v for v in self.roles.values.get(key, []) if isinstance(v, cst.Call)] if key else []
+        classes = {last_name(v.func) for v in built}
+        if classes and classes <= OUTPUT_SAVING_MODULES:
+            return "output"
+        if classes and classes <= NOTHING_SAVING_MODULES:
+            return None  # Ex) self.drop = nn.Dropout(0.1): saves a mask, not its input
+        return "input"
 
     def _product_saves(self, node: cst.BinaryOperation, key: str, statement: cst.CSTNode) -> bool:
         # Ex) z = w * h saves h for w's gradient; h ** 2 and x / h save h whatever the other side is
