@@ -59,7 +59,7 @@ def test_a_reuse_names_the_backward_that_freed_the_graph() -> None:
     analysis = analysis_of("loss = criterion(model(x), y)\nloss.backward()\nloss.backward()\n")
     (reuse,) = analysis.freed_graphs.reuses()
     assert reuse.kind is Kind.BACKWARD
-    assert analysis.collected.order[reuse.freed_by] < analysis.collected.order[reuse.call]
+    assert analysis.collected.order[reuse.freed_by] < analysis.collected.order[reuse.node]
 
 
 @pytest.mark.parametrize(

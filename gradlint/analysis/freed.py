@@ -35,6 +35,7 @@ from gradlint.analysis.values import (
 Nodes = frozenset[int]
 # Builtins whose result keeps the history of their arguments.
 KEEPING_BUILTINS = frozenset({"sum", "max", "min", "abs"})
+LIGHTNING_STEP = "training_step"
 JUMPS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 
 
@@ -61,11 +62,15 @@ def _merge(*states: _State | None) -> _State | None:
 
 @dataclass(frozen=True)
 class Reuse:
-    """A backward (or `autograd.grad`) call whose graph an earlier one freed."""
+    """A backward (or `autograd.grad`) call whose graph an earlier one freed.
 
-    call: cst.Call
+    `node` is the call, or the `return loss` of a Lightning `training_step` whose loss
+    Lightning backpropagates.
+    """
+
+    node: cst.CSTNode
     kind: Kind  # BACKWARD or AUTOGRAD_GRAD
-    freed_by: cst.Call
+    freed_by: cst.CSTNode
 
 
 class FreedGraphs:
@@ -83,14 +88,45 @@ class FreedGraphs:
 
     def reuses(self) -> list[Reuse]:
         """Every backward of the module that runs through a graph freed before it, in source order."""
-        found: dict[cst.Call, Reuse] = {}
+        found: dict[cst.CSTNode, Reuse] = {}
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         for scope in scopes:
             walker = _Walker(self, scope)
             walker.walk_scope()
             for reuse in walker.found:
-                found.setdefault(reuse.call, reuse)
-        return sorted(found.values(), key=lambda reuse: self.collected.order[reuse.call])
+                found.setdefault(reuse.node, reuse)
+        return sorted(found.values(), key=lambda reuse: self.collected.order[reuse.node])
+
+    def carried_attributes(self, method: cst.FunctionDef) -> frozenset[str]:
+        """`self.*` attributes a training-step method leaves for its next call to read.
+
+        Only attributes that no other method of the class (but `__init__`) assigns count:
+        a reset elsewhere (`reset_hidden()`) may run between two calls.
+        """
+        owner = self.collected.owners.get(method)
+        if owner is None or not self._repeats(method):
+            return frozenset()
+        assigned: dict[str, set[Scope]] = {}
+        for statement in self.collected.statements:
+            context = self.collected.contexts[statement]
+            if context.class_def is owner and isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                for key in _assigned_keys(statement):
+                    assigned.setdefault(key, set()).add(context.scope)
+        return frozenset(
+            key
+            for key, scopes in assigned.items()
+            if key.startswith("self.")
+            and method in scopes
+            and all(scope is method or _is_init(scope) for scope in scopes)
+        )
+
+    def _repeats(self, method: cst.FunctionDef) -> bool:
+        # A method that backpropagates runs once per batch; so does Lightning's training_step.
+        if method.name.value == LIGHTNING_STEP:
+            return True
+        return any(
+            event.kind is Kind.BACKWARD and event.node is event.site for event in self.events.scope_events(method)
+        )
 
     def backward_value(self, call: cst.Call) -> tuple[Kind, cst.BaseExpression, bool] | None:
         """(kind, value, keeps_graph) for a direct backward or `autograd.grad` call, else None."""
@@ -156,14 +192,24 @@ class _Walker:
         self.counter = 0
         self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
         self.parameters = _parameters(scope)
-        self.freed_by: dict[int, cst.Call] = {}
+        self.freed_by: dict[int, cst.CSTNode] = {}
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
+        self.exits: list[_State] = []
+        self.returns_backpropagated = isinstance(scope, cst.FunctionDef) and scope.name.value == LIGHTNING_STEP
 
     def walk_scope(self) -> None:
         if isinstance(self.scope, cst.Module):
             self.walk_block(self.scope.body, _State())
-        else:
-            self._suite(self.scope.body, _State())
+            return
+        end = self._suite(self.scope.body, _State())
+        carried = self.graphs.carried_attributes(self.scope)
+        exit_state = _merge(end, *self.exits)
+        if not carried or exit_state is None:
+            return
+        # The next call (the next batch) starts with what this call left in `self`.
+        env = {key: nodes for key, nodes in exit_state.env.items() if key in carried}
+        self.exits = []
+        self._suite(self.scope.body, _State(env, exit_state.freed))
 
     def walk_block(self, statements: Sequence[cst.CSTNode], state: _State | None) -> _State | None:
         for statement in statements:
@@ -241,6 +287,9 @@ class _Walker:
             if _calls_own_method(call) and self.graphs.events.resolve_helper(call) is not None:
                 # A method of the same class may rebind any attribute: forget what `self.*` held.
                 state = _State({k: v for k, v in state.env.items() if not k.startswith("self.")}, state.freed)
+        if isinstance(statement, cst.Return):
+            self.exits.append(self._returned(statement, state))
+            return None
         if isinstance(statement, JUMPS):
             if isinstance(statement, (cst.Continue, cst.Break)) and self.loop_exits:
                 continues, breaks = self.loop_exits[-1]
@@ -262,6 +311,13 @@ class _Walker:
             state = _State({key: nodes for key, nodes in state.env.items() if key not in deleted}, state.freed)
         return state
 
+    def _returned(self, statement: cst.Return, state: _State) -> _State:
+        # Lightning backpropagates what training_step returns (the loss, or {"loss": loss}).
+        if not self.returns_backpropagated or statement.value is None:
+            return state
+        nodes = self._read_nodes(statement.value, state)
+        return self._free(statement, nodes, state, Kind.BACKWARD, keeps_graph=False)
+
     def _backward(self, call: cst.Call, state: _State) -> _State:
         found = self.graphs.backward_value(call)
         if found is None:
@@ -272,13 +328,16 @@ class _Walker:
         if key in self.parameters and key not in state.env:
             # Ex) def step(loss): loss.backward() ... loss.backward(): the caller's one graph.
             nodes |= {self.outside.setdefault(key, -len(self.outside) - 1)}
+        return self._free(call, nodes, state, kind, keeps_graph)
+
+    def _free(self, site: cst.CSTNode, nodes: Nodes, state: _State, kind: Kind, keeps_graph: bool) -> _State:
         reused = nodes & state.freed
         if reused:
-            self.found.append(Reuse(call, kind, self.freed_by[min(reused)]))
+            self.found.append(Reuse(site, kind, self.freed_by[min(reused)]))
         if keeps_graph:
             return state
         for node in nodes - state.freed:
-            self.freed_by[node] = call
+            self.freed_by[node] = site
         return _State(state.env, state.freed | nodes)
 
     def nodes_of(self, value: cst.BaseExpression, state: _State, statement: cst.CSTNode) -> Nodes:
@@ -339,6 +398,24 @@ def _refine(test: cst.BaseExpression, state: _State) -> tuple[_State, _State]:
         return state, state
     empty = _State({**state.env, key: frozenset()}, state.freed)
     return (empty, state) if negated else (state, empty)
+
+
+def _assigned_keys(statement: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[str]:
+    targets: list[cst.BaseExpression] = (
+        [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    )
+    keys = []
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            targets.extend(element.value for element in target.elements)
+        elif (key := dotted_name(target)) is not None:
+            keys.append(key)
+    return keys
+
+
+def _is_init(scope: Scope) -> bool:
+    return isinstance(scope, cst.FunctionDef) and scope.name.value == "__init__"
 
 
 def _parameters(scope: Scope) -> frozenset[str]:

@@ -39,7 +39,7 @@ class DoubleBackward(Rule):
     code = "GL008"
     name = "double-backward"
     message = "backward runs through a graph an earlier backward already freed; this raises at runtime"
-    requires = (b"backward",)
+    requires = ((b"backward", b"training_step"),)
     example = """
         loss = criterion(model(x), y)
         for step in range(10):
@@ -57,7 +57,7 @@ class DoubleBackward(Rule):
 
     def check_module(self) -> None:
         # A second `autograd.grad` raises too, but only backward calls are reported: the
-        # file filter in `requires` looks for "backward".
+        # file filter in `requires` looks for "backward" (or Lightning's "training_step").
         for reuse in self.analysis.freed_graphs.reuses():
             if reuse.kind is Kind.BACKWARD:
-                self.report(reuse.call)
+                self.report(reuse.node)
