@@ -28,9 +28,12 @@ class DoubleBackward(Rule):
     A first backward with `retain_graph=True` (or `create_graph=True`) and backward
     calls that each follow their own forward pass are fine and not reported.
 
+    Hidden state kept on `self` by a training-step method (one that backpropagates, or
+    Lightning's `training_step`, whose returned loss Lightning backpropagates) is
+    followed into the next call, unless another method of the class may reset it.
+
     Known problems
-    Graphs carried between calls of a method (`self.hidden`) and values from functions
-    of other modules are not followed.
+    Values returned by functions of other modules are not followed.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
