@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.collect import Collected, GradMode
+from gradlint.analysis.collect import Collected, GradMode, Scope
+from gradlint.analysis.names import last_name
 from gradlint.analysis.steps import EventIndex, Kind
 
 # Methods PyTorch code runs with grad enabled: building a module, its forward pass.
@@ -31,6 +32,7 @@ class CallerGradMode:
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
         self._recording: dict[cst.FunctionDef, bool] = {}
         self._without_grad: dict[cst.FunctionDef, bool] = {}
+        self._switched_off_scopes: set[Scope] | None = None
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls of this module that run `function`."""
@@ -51,8 +53,21 @@ class CallerGradMode:
         context = self.collected.contexts[node]
         if context.grad_mode is not GradMode.ENABLED:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
+        switched_off = self._switched_off()
+        if self.collected.module in switched_off or context.scope in switched_off:
+            return False
         function = context.function
         return function is None or self._function_records(function)
+
+    def _switched_off(self) -> set[Scope]:
+        # Ex) torch.set_grad_enabled(False) as a statement: autograd stays off until switched back.
+        if self._switched_off_scopes is None:
+            self._switched_off_scopes = {
+                self.collected.contexts[statement].scope
+                for statement in self.collected.statements
+                if isinstance(statement, cst.Expr) and _switches_grad_off(statement.value)
+            }
+        return self._switched_off_scopes
 
     def _function_records(self, function: cst.FunctionDef) -> bool:
         if function in self._recording:
@@ -88,3 +103,10 @@ class CallerGradMode:
             result = function in self.collected.owners and function.name.value in UNSEEN_CALLER_NO_GRAD_METHODS
         self._without_grad[function] = result
         return result
+
+
+def _switches_grad_off(value: cst.BaseExpression) -> bool:
+    if not (isinstance(value, cst.Call) and last_name(value.func) == "set_grad_enabled" and value.args):
+        return False
+    argument = value.args[0].value
+    return not (isinstance(argument, cst.Name) and argument.value == "True")
