@@ -22,15 +22,18 @@ class EvalWithoutNoGrad(Rule):
     `torch.inference_mode()`), or decorate the evaluation function with
     `@torch.no_grad()`.
 
-    Evaluation code is a loop after `model.eval()` (up to the next `model.train()`), or
-    a function that runs the model over a loader and never backpropagates or steps.
+    Evaluation code is a `for` loop after `model.eval()` (up to the next
+    `model.train()`), or a function that runs the model over a loader and never
+    backpropagates, steps or touches an optimizer. The first model call of each loop is
+    reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions, Lightning's
     `validation_step`/`test_step`/`predict_step`, training code, and code that wants
     gradients with respect to the inputs (saliency maps, adversarial examples:
     `x.requires_grad_()`, `torch.autograd.grad`) are fine and not reported.
 
     Known problems
-    A `no_grad` context entered by a caller in another module is not seen.
+    A `no_grad` context entered by a caller in another module is not seen, and `while`
+    loops (autoregressive generation) are not checked.
 
     References
     https://pytorch.org/docs/stable/generated/torch.no_grad.html
