@@ -9,7 +9,9 @@ nodes of the graph-carrying values it was computed from (not through `.detach()`
 a later backward whose value holds a freed node raises "Trying to backward through the
 graph a second time". Loops are walked twice, so a value computed once before a loop,
 or a hidden state carried round it without `.detach()`, shows up on the second pass.
-Values of unknown origin hold no nodes: when in doubt, nothing is reported.
+A training-step method is walked twice too, the second time with the `self.*`
+attributes the first left behind (see `carried_attributes`). Values of unknown origin
+hold no nodes: when in doubt, nothing is reported.
 """
 
 from __future__ import annotations
