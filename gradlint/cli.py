@@ -197,7 +197,17 @@ def _summary(diagnostics: list[Diagnostic]) -> str:
         return "All checks passed."
     files = len({d.path for d in diagnostics})
     problems = "problem" if len(diagnostics) == 1 else "problems"
-    return f"Found {len(diagnostics)} {problems} in {files} file{'s' if files != 1 else ''}."
+    return f"Found {len(diagnostics)} {problems} in {files} file{'s' if files != 1 else ''}{_fixable(diagnostics)}."
+
+
+def _fixable(diagnostics: list[Diagnostic]) -> str:
+    """`; 2 fixable with --fix (1 more with --unsafe-fixes)`, or nothing when no finding has a fix."""
+    safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.safe)
+    unsafe = sum(1 for d in diagnostics if d.fix is not None and not d.fix.safe)
+    parts = [f"{safe} fixable with --fix"] if safe else []
+    if unsafe:
+        parts.append(f"({unsafe} more with --unsafe-fixes)" if safe else f"{unsafe} fixable with --unsafe-fixes")
+    return "; " + " ".join(parts) if parts else ""
 
 
 @main.command()

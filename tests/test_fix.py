@@ -186,6 +186,7 @@ def test_cli_diff_shows_the_change_and_writes_nothing(tmp_path: Path) -> None:
 def test_cli_fix_writes_reports_counts_and_a_second_run_is_clean(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_text(LOOP)
+    assert "Found 2 problems in 1 file; 2 fixable with --fix." in CliRunner().invoke(main, [str(path)]).output
     first = CliRunner().invoke(main, ["check", "--fix", str(path)])
     assert first.exit_code == 0
     assert "Fixed 2 problems." in first.output
