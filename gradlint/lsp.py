@@ -115,21 +115,23 @@ def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
         return []
     try:
         found = lint_document(ls, document)
-    except (ConfigError, OSError) as error:  # a broken config, or a document gone from disk
+    except (ConfigError, OSError) as error:  # a broken config, or a document neither open nor on disk
         if str(error) != ls.last_error:
             ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"gradlint: {error}"))
         ls.last_error = str(error)
         found = []
+    else:
+        ls.last_error = None
     ls.findings[uri] = (document.version, found)
     return found
 
 
-def to_lsp(document: TextDocument, diagnostic: Diagnostic) -> types.Diagnostic:
-    """The LSP form of a finding, with its code, a link to its rule's docs and the source."""
+def to_lsp(diagnostic: Diagnostic, lines: Sequence[str], codec: PositionCodec) -> types.Diagnostic:
+    """The LSP form of a finding in a document of `lines`, with its code, its rule's docs link and the source."""
     rule = all_rules().get(diagnostic.code)
     failed = diagnostic.code in (PARSE_ERROR[0], INTERNAL_ERROR[0])
     return types.Diagnostic(
-        range=to_range(_lines(document), document.position_codec, _span(diagnostic)),
+        range=to_range(lines, codec, _span(diagnostic)),
         message=diagnostic.message,
         severity=types.DiagnosticSeverity.Error if failed else types.DiagnosticSeverity.Warning,
         code=diagnostic.code,
@@ -142,7 +144,9 @@ def publish(ls: GradlintServer, uri: str) -> None:
     """Send the document's current findings to the client."""
     ls.findings.pop(uri, None)
     document = ls.workspace.get_text_document(uri)
-    diagnostics = [to_lsp(document, diagnostic) for diagnostic in findings(ls, uri)]
+    found = findings(ls, uri)
+    lines = _lines(document) if found else []
+    diagnostics = [to_lsp(diagnostic, lines, document.position_codec) for diagnostic in found]
     ls.text_document_publish_diagnostics(
         types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version)
     )
@@ -242,18 +246,20 @@ def _quick_fixes(ls: GradlintServer, params: types.CodeActionParams) -> list[typ
     document = ls.workspace.get_text_document(uri)
     # The client names the diagnostics the action is for; the cursor's range finds the rest.
     named = {(d.code, d.range.start.line, d.range.start.character) for d in params.context.diagnostics}
+    found = findings(ls, uri)
+    lines = _lines(document) if found else []
     actions = []
-    for diagnostic in findings(ls, uri):
-        lsp_diagnostic = to_lsp(document, diagnostic)
+    for diagnostic in found:
+        lsp_diagnostic = to_lsp(diagnostic, lines, document.position_codec)
         start = lsp_diagnostic.range.start
         if (diagnostic.code, start.line, start.character) not in named and not _overlaps(
             lsp_diagnostic.range, params.range
         ):
             continue
         if diagnostic.fix is not None:
-            actions.append(_fix_action(document, diagnostic.fix, lsp_diagnostic))
+            actions.append(_fix_action(document, lines, diagnostic.fix, lsp_diagnostic))
         if diagnostic.code not in (PARSE_ERROR[0], INTERNAL_ERROR[0]):
-            actions.append(_noqa_action(document, diagnostic, lsp_diagnostic))
+            actions.append(_noqa_action(document, lines, diagnostic, lsp_diagnostic))
     return actions
 
 
@@ -281,8 +287,9 @@ def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:
     ]
 
 
-def _fix_action(document: TextDocument, fix: Fix, diagnostic: types.Diagnostic) -> types.CodeAction:
-    lines = _lines(document)
+def _fix_action(
+    document: TextDocument, lines: Sequence[str], fix: Fix, diagnostic: types.Diagnostic
+) -> types.CodeAction:
     edits = [
         types.TextEdit(
             range=to_range(lines, document.position_codec, (edit.line, edit.column, edit.end_line, edit.end_column)),
@@ -300,8 +307,9 @@ def _fix_action(document: TextDocument, fix: Fix, diagnostic: types.Diagnostic) 
     )
 
 
-def _noqa_action(document: TextDocument, finding: Diagnostic, diagnostic: types.Diagnostic) -> types.CodeAction:
-    lines = _lines(document)
+def _noqa_action(
+    document: TextDocument, lines: Sequence[str], finding: Diagnostic, diagnostic: types.Diagnostic
+) -> types.CodeAction:
     text = lines[finding.line - 1] if finding.line <= len(lines) else ""
     existing = NOQA_CODES.search(text)
     if existing:  # Ex) a trailing `noqa: GL002` becomes `noqa: GL002, GL001`
@@ -324,10 +332,12 @@ def hover(ls: GradlintServer, params: types.HoverParams) -> types.Hover | None:
     document = ls.workspace.get_text_document(uri)
     here = types.Range(start=params.position, end=params.position)
     rules = all_rules()
+    found = findings(ls, uri)
+    lines = _lines(document) if found else []
     documentation = [
         rules[finding.code].documentation()
-        for finding in findings(ls, uri)
-        if finding.code in rules and _overlaps(to_lsp(document, finding).range, here)
+        for finding in found
+        if finding.code in rules and _overlaps(to_range(lines, document.position_codec, _span(finding)), here)
     ]
     if not documentation:
         return None
