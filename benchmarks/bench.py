@@ -25,8 +25,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradlint.config import Config
-from gradlint.files import Missing, discover
+from gradlint.files import SOURCE_SUFFIXES
 
 # Runs COMMAND..., then prints its wall time and the peak RSS (KiB) of its process tree.
 MEASURE = """
@@ -74,8 +73,8 @@ def measure(row: Row, repeat: int, cwd: Path) -> None:
 
 
 def copy_corpus(source: Path, target: Path, limit: int) -> list[Path]:
-    """Copy `limit` of the files gradlint would lint under `source` (evenly spread; 0: all)."""
-    files = [item for item in discover([source], Config(root=source, exclude=())) if not isinstance(item, Missing)]
+    """Copy `limit` of the Python files under `source` (evenly spread; 0: all)."""
+    files = sorted(path for suffix in SOURCE_SUFFIXES for path in source.rglob(f"*{suffix}") if path.is_file())
     if limit and len(files) > limit:
         files = [files[index * len(files) // limit] for index in range(limit)]
     copies = []

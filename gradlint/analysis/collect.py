@@ -119,6 +119,9 @@ class Collector(cst.CSTVisitor):
     def __init__(self, module: cst.Module, wanted_types: frozenset[str]) -> None:
         self.result = Collected(module)
         self.wanted_types = wanted_types
+        # Half the nodes of a module are whitespace, mostly inside operators and brackets:
+        # the traversal skips what is inside those unless a rule asked for such nodes.
+        self.skip_trivia = not wanted_types & TRIVIA_NAMES
         self.context = Context(scope=module)
         self.stack: list[Context] = []
         self.statements: list[cst.CSTNode] = []
@@ -141,6 +144,8 @@ class Collector(cst.CSTVisitor):
             self.statements.append(node)
         elif traits.call and self.statements and isinstance(node, cst.Call):
             self.result.statement_of[node] = self.statements[-1]
+        if traits.trivia and self.skip_trivia:
+            return False
         hook = _hook(type(self), type(node), "visit_", "")
         return hook is None or hook(self, node) is not False
 
@@ -251,11 +256,23 @@ class Collector(cst.CSTVisitor):
         self._pop()
 
 
+# Operators, brackets and whitespace: nodes that hold nothing but whitespace and comments.
+_TRIVIA: tuple[type[cst.CSTNode], ...] = (
+    *(kind for kind in vars(cst).values() if isinstance(kind, type) and kind.__module__ == "libcst._nodes.op"),
+    *(cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket),
+    *(cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Asynchronous),
+    *(cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine),
+    *(cst.Newline, cst.Comment),
+)
+TRIVIA_NAMES = frozenset(kind.__name__ for kind in _TRIVIA)
+
+
 @dataclass(frozen=True)
 class _Traits:
     """What the collector records for nodes of one type."""
 
     name: str
+    trivia: bool
     has_context: bool
     ordered_on_visit: bool
     statement: bool
@@ -267,6 +284,7 @@ class _Traits:
 def _traits(kind: type[cst.CSTNode]) -> _Traits:
     return _Traits(
         name=kind.__name__,
+        trivia=issubclass(kind, _TRIVIA),
         has_context=issubclass(kind, (cst.Call, cst.BaseSmallStatement, cst.With, cst.If, cst.For, cst.While)),
         ordered_on_visit=issubclass(kind, (cst.For, cst.While, cst.FunctionDef)),
         statement=issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)),
