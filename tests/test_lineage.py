@@ -82,3 +82,9 @@ def test_as_tensor_of_a_tensor_keeps_its_history() -> None:
     assert live and cuts == []
     live, cuts = lineage_of_backward("loss = torch.as_tensor(criterion(model(x), y).item())\nloss.backward()")
     assert not live and len(cuts) == 1
+
+
+def test_a_loss_handed_in_may_carry_history() -> None:
+    body = "def step(x, y, aux_loss):\n    loss = F.mse_loss(model(x).round(), y) + aux_loss\n    loss.backward()"
+    live, _ = lineage_of_backward(body)
+    assert live

@@ -330,8 +330,10 @@ class Lineages:
         role = self.roles.role(node)
         if role is Role.MODEL:
             return SOURCE  # a module with parameters, handed to a function
+        if role is Role.LOSS_FN:
+            return UNKNOWN  # `aux_loss` handed in is a loss value, and may carry history
         if role is not None or self.roles.role(cst.Name(head)) is Role.OTHER:
-            return NONE  # optimizers, criteria, parsed arguments (`args.alpha`)
+            return NONE  # optimizers, scalers, parsed arguments (`args.alpha`)
         if DATA_NAME.fullmatch(key.rsplit(".", 1)[-1]):
             return NONE
         assigned = self.roles.values.get(key, [])
