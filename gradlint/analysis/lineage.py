@@ -63,6 +63,8 @@ FUNCTIONAL_LOSSES = re.compile(
 )
 TARGET_KEYWORDS = frozenset({"target", "targets", "label", "labels", "y", "y_true"})
 # Names that hold batches of data or labels, which never carry history (`true_mask`, `batch_x`).
+# ...unless the name says it was produced (`fake_images`, `pred_y`, `recon_x`).
+PRODUCED_NAME = re.compile(r"(?i)(pred|fake|gen|recon|rec|out|output|logit|est|sampled?|hat)\w*")
 DATA_NAME = re.compile(
     r"(?i)(\w+_)?(loader|dataloader|dl|dataset|ds|data|batch|batches|samples?|labels?|targets?|y|gt|masks?"
     r"|images?|imgs?|inputs?|x|rewards?|returns|dones|actions?)(_(ids?|true|gt|np|\d+))?\d*"
@@ -301,7 +303,7 @@ class Lineages:
         while isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.args:
             source = source.args[0].value  # enumerate(loader), tqdm(loader), zip(loader, ...)
         name = last_name(source)
-        if name is not None and DATA_NAME.fullmatch(name) and self.roles.role(source) is None:
+        if name is not None and _is_data_name(name) and self.roles.role(source) is None:
             return NONE
         return self._trace(iterable, at, bindings, depth + 1)
 
@@ -334,7 +336,7 @@ class Lineages:
             return UNKNOWN  # `aux_loss` handed in is a loss value, and may carry history
         if role is not None or self.roles.role(cst.Name(head)) is Role.OTHER:
             return NONE  # optimizers, scalers, parsed arguments (`args.alpha`)
-        if DATA_NAME.fullmatch(key.rsplit(".", 1)[-1]):
+        if _is_data_name(key.rsplit(".", 1)[-1]):
             return NONE
         assigned = self.roles.values.get(key, [])
         if assigned and all(isinstance(value, (cst.BaseNumber, cst.BaseString)) for value in assigned):
@@ -474,6 +476,10 @@ def _leaf_or_none(call: cst.Call) -> Lineage:
         if arg.keyword is not None and arg.keyword.value == "requires_grad":
             return SOURCE if last_name(arg.value) == "True" else NONE
     return NONE
+
+
+def _is_data_name(name: str) -> bool:
+    return DATA_NAME.fullmatch(name) is not None and PRODUCED_NAME.match(name) is None
 
 
 def _has_literal_default(scope: cst.CSTNode, name: str) -> bool:
