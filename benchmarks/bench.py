@@ -27,12 +27,12 @@ from pathlib import Path
 
 from gradlint.files import SOURCE_SUFFIXES
 
-# Runs COMMAND..., then prints its wall time and the peak RSS (KiB) of its process tree.
+# Runs COMMAND..., then prints its wall time, the peak RSS (KiB) of its process tree and its exit status.
 MEASURE = """
 import resource, subprocess, sys, time
 start = time.perf_counter()
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+status = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, status)
 """
 # The floor of any LibCST linter: parse every file, nothing else.
 PARSE = """
@@ -67,6 +67,8 @@ def measure(row: Row, repeat: int, cwd: Path) -> None:
         output = subprocess.run(
             [sys.executable, "-c", MEASURE, *row.command], cwd=cwd, capture_output=True, text=True, check=True
         ).stdout.split()
+        if output[2] != "0":  # every command runs with --exit-zero: anything else is a crash
+            raise SystemExit(f"{row.label} failed with exit status {output[2]}: {' '.join(row.command)}")
         row.seconds.append(float(output[0]))
         row.peak_kib.append(int(output[1]))
         print(f"  {row.label}: {row.seconds[-1]:.2f} s, {row.peak_kib[-1] / 1024:.0f} MB", file=sys.stderr)
