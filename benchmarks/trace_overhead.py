@@ -77,7 +77,7 @@ WORKLOADS = {
 
 def timed(command: list[str], output: Path) -> float:
     """Run one command that writes its loop time to `output`; return that time."""
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return float(output.read_text())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 _MISSING = object()
@@ -51,7 +51,11 @@ class Watch:
 
 
 class LineTracker:
-    """A `sys.settrace` tracer restricted to the script's own file."""
+    """A `sys.settrace` tracer restricted to the script's own file.
+
+    Tracing slows all Python code down, so it runs only while it is needed: when some
+    static finding's lines must be watched, or once a name is watched.
+    """
 
     def __init__(self, script: str, interesting: set[int]) -> None:
         self.script = script
@@ -59,16 +63,32 @@ class LineTracker:
         self.hits: dict[int, tuple[int, int]] = {}  # line -> (backward count, step count) when it last ran
         self.stamp = (0, 0)
         self.watches: list[Watch] = []
+        self._wanted: dict[CodeType, bool] = {}
         self._previous: Callable[..., Any] | None = None
+        self._installed = False
 
     def install(self) -> None:
-        """Start tracing new frames."""
-        self._previous = sys.gettrace()
-        sys.settrace(self._global)
+        """Start tracing new frames of the script, if any line of it is of interest."""
+        if self.interesting:
+            self._start()
 
     def uninstall(self) -> None:
         """Stop tracing and give the previous trace function (a debugger, coverage) back."""
-        sys.settrace(self._previous)
+        if self._installed:
+            sys.settrace(self._previous)
+            self._installed = False
+
+    def watch(self, watch: Watch) -> None:
+        """Report the next change of a name, tracing its frame from now on."""
+        self.watches.append(watch)
+        self._start()
+        watch.frame.f_trace = self._local
+
+    def _start(self) -> None:
+        if not self._installed:
+            self._previous = sys.gettrace()
+            sys.settrace(self._global)
+            self._installed = True
 
     def ran_since(self, line: int, end_line: int, backwards: int | None = None, steps: int | None = None) -> bool:
         """Whether a line of `line..end_line` ran after the given backward or step count was reached."""
@@ -83,7 +103,13 @@ class LineTracker:
         return any(watch.frame is frame and watch.name == name for watch in self.watches)
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
-        return self._local if frame.f_code.co_filename == self.script else None
+        code = frame.f_code
+        if code.co_filename != self.script:
+            return None
+        wanted = self._wanted.get(code)
+        if wanted is None:
+            wanted = self._wanted[code] = any(line in self.interesting for _, _, line in code.co_lines())
+        return self._local if wanted or self.watches else None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
         if event == "line":

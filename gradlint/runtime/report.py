@@ -94,7 +94,8 @@ class TraceReport:
         lines = []
         for finding in self.findings:
             d = finding.diagnostic
-            evidence = f": {finding.evidence}" if finding.evidence else ""
+            shown = finding.evidence and finding.status != RUNTIME_ONLY  # its message is the evidence
+            evidence = f": {finding.evidence}" if shown else ""
             lines.append(f"{d.path}:{d.line}:{d.column}: {d.code} {d.message} [{finding.status.upper()}{evidence}]\n")
         return "".join(lines)
 
@@ -145,6 +146,6 @@ def _runtime_only(event: dict[str, object], path: str) -> TracedFinding:
         end_line=line,
         end_column=1,
         name=rule.name if rule else "runtime",
-        message=rule.message if rule else evidence,
+        message=evidence,  # what was seen; the rule's own message may describe another form of the bug
     )
     return TracedFinding(diagnostic, RUNTIME_ONLY, evidence)

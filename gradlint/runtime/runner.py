@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import os
@@ -141,8 +142,9 @@ def _relay(stream: IO[bytes]) -> threading.Thread:
     """Copy the script's output to our stderr as it comes, so the report on stdout stays parseable."""
 
     def copy() -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
         for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]  # a BufferedReader
-            sys.stderr.write(chunk.decode("utf-8", "replace"))
+            sys.stderr.write(decoder.decode(chunk))
             sys.stderr.flush()
         stream.close()
 

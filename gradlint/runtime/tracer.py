@@ -37,6 +37,13 @@ _LIBRARY_DIRS = tuple(
     for path in (Path(torch.__file__).parent, Path(__file__).parent.parent, sysconfig.get_paths()["stdlib"])
 )
 _ROOTS_KEPT = 16  # backpropagated roots remembered, to see which later variables still reach them
+# Whole-step checks (variables, gradient norms) run on every one of the first steps, then
+# on every 8th: a long trace stays cheap, and leaks and dead gradients persist anyway.
+_EVERY_STEP_UNTIL, _THEN_EVERY = 32, 8
+
+
+def _sampled(count: int) -> bool:
+    return count < _EVERY_STEP_UNTIL or count % _THEN_EVERY == 0
 
 
 class StopTrace(BaseException):
@@ -99,6 +106,7 @@ class Tracer:
         self._names: dict[int, str] = {}
         self._norms: dict[str, float | None] = {}
         self._last_backward_line = 0
+        self._covered = 0  # lines in the last coverage event
 
     # -- installing -----------------------------------------------------------------
 
@@ -187,19 +195,19 @@ class Tracer:
     # -- backward -----------------------------------------------------------------------
 
     def _tensor_backward(self, original: Callable[..., Any], tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        bound = inspect.signature(original).bind(tensor, *args, **kwargs).arguments
-        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        bound = _signature(original).bind(tensor, *args, **kwargs).arguments
+        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
         return self._gradient_call([tensor], bool(retain), True, lambda: original(tensor, *args, **kwargs))
 
     def _autograd_backward(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        bound = inspect.signature(original).bind(*args, **kwargs).arguments
-        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        bound = _signature(original).bind(*args, **kwargs).arguments
+        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
         roots = _tensors(bound.get("tensors"))
         return self._gradient_call(roots, bool(retain), True, lambda: original(*args, **kwargs))
 
     def _autograd_grad(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        bound = inspect.signature(original).bind(*args, **kwargs).arguments
-        retain = bound.get("retain_graph") or bound.get("create_graph", False)
+        bound = _signature(original).bind(*args, **kwargs).arguments
+        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
         roots = _tensors(bound.get("outputs"))
         return self._gradient_call(roots, bool(retain), False, lambda: original(*args, **kwargs))
 
@@ -226,13 +234,12 @@ class Tracer:
         self._use_retained(roots, line)
         if not accumulates:
             return {}
-        self._scan_variables()
         for root in roots:
             if root.grad_fn is None and root.requires_grad:
                 self._confirm_or_report(
                     "GL006", line, "backward ran on a tensor without autograd history: no parameter gets a gradient"
                 )
-        return {id(p): (p.grad, _version(p.grad)) for p in self._params()}
+        return {id(p): (p, p.grad, _version(p.grad)) for p in self._params()}
 
     def _after_backward(
         self, roots: list[torch.Tensor], retain: bool, line: int, before: dict[int, Any], accumulates: bool
@@ -242,7 +249,8 @@ class Tracer:
             for root in roots:
                 if root.grad_fn is not None:
                     self._roots.append((root.grad_fn, self.steps, line))
-            self._watch_leaves()
+            if _sampled(self.backwards):
+                self._watch_leaves()
             self._last_backward_line = line
             self.backwards += 1
             self.lines.stamp = (self.backwards, self.steps)
@@ -251,8 +259,7 @@ class Tracer:
 
     def _update_ledger(self, before: dict[int, Any], line: int) -> None:
         """Note which parameters this backward reached, and which of them held gradients a step already applied."""
-        for param in self._params():
-            old_grad, old_version = before.get(id(param), (None, -1))
+        for param, old_grad, old_version in before.values():
             grad = param.grad
             if grad is None or (grad is old_grad and _version(grad) == old_version):
                 continue
@@ -303,7 +310,7 @@ class Tracer:
         if not codes or getattr(error, "_gradlint_reported", False):
             return
         error._gradlint_reported = True  # type: ignore[attr-defined]  # the top-level handler skips it
-        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0].split(' Hint:')[0]}"
+        text = f"{type(error).__name__}: {_first_sentence(str(error))}"
         if path != self.script:
             self.report(codes[0], line, f"raised {text}", path)
             return
@@ -368,7 +375,7 @@ class Tracer:
                 self.report("GL001", line, f"{evidence}; this line adds the next one")
             return False
 
-        self.lines.watches.append(Watch(frame, name, changed))
+        self.lines.watch(Watch(frame, name, changed))
 
     def _watch_leaves(self) -> None:
         """GL003: watch names bound to leaves that received gradients, to see one rebound to a non-leaf."""
@@ -378,7 +385,7 @@ class Tracer:
                     continue
                 if value.grad is None or self.lines.watching(frame, name):
                     continue
-                self.lines.watches.append(Watch(frame, name, functools.partial(self._leaf_rebound, name)))
+                self.lines.watch(Watch(frame, name, functools.partial(self._leaf_rebound, name)))
 
     def _leaf_rebound(self, name: str, value: object, line: int) -> bool:
         if isinstance(value, torch.Tensor) and value.requires_grad and not value.is_leaf:
@@ -442,7 +449,8 @@ class Tracer:
             )
         self._check_contaminated(params)
         cleared = self._check_discarded(params, line)
-        self._check_dead(optimizer, params, cleared)
+        if _sampled(self.steps + 1):
+            self._check_dead(optimizer, params, cleared)
 
     def _check_contaminated(self, params: list[torch.Tensor]) -> None:
         """GL002: the step applies gradients that a backward added onto gradients an earlier step applied."""
@@ -517,9 +525,12 @@ class Tracer:
         self._opt_backwards[id(optimizer)] = self.backwards
         self.steps += 1
         self.lines.stamp = (self.backwards, self.steps)
-        self.events.emit("step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms)
+        if _sampled(self.steps):
+            self.events.emit("step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms)
         self._norms = {}
-        self.events.emit("coverage", lines=sorted(self.lines.hits))
+        if len(self.lines.hits) != self._covered:
+            self._covered = len(self.lines.hits)
+            self.events.emit("coverage", lines=sorted(self.lines.hits))
         if self.steps >= self.max_steps and (not self._leaks or self.steps > self.max_steps):
             self.request_stop("steps")
 
@@ -570,6 +581,8 @@ class Tracer:
         return original(params, *args, **kwargs)
 
     def _check_scaled(self, params: list[torch.Tensor], line: int) -> None:
+        if not self._scalers:
+            return
         ids = {id(p) for p in params}
         owners = [opt for opt in self._live_optimizers() if any(id(p) in ids for p in self._params(opt))]
         for scaler, state in list(self._scalers.items()):
@@ -618,6 +631,16 @@ class Tracer:
         self.events.emit("coverage", lines=sorted(self.lines.hits))
 
 
+@functools.cache
+def _signature(function: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(function)
+
+
+def _first_sentence(message: str) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first.split(". ")[0].rstrip(".")
+
+
 def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -638,16 +661,16 @@ def _shares(first: torch.optim.Optimizer, second: torch.optim.Optimizer) -> bool
 def _norms(params: list[torch.Tensor]) -> list[float | None]:
     """The L2 norm of each parameter's gradient (None when it has none), with one sync per device."""
     norms: list[float | None] = [None] * len(params)
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    groups: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
     for index, param in enumerate(params):
         grad = param.grad
         if grad is not None:
-            groups.setdefault((grad.device, grad.dtype), []).append(index)
+            groups.setdefault((grad.device, grad.dtype, grad.is_sparse), []).append(index)
     with torch.no_grad():
-        for indices in groups.values():
+        for (_, _, sparse), indices in groups.items():
             grads = [_dense(params[i].grad) for i in indices]
-            values = torch.stack([g.float().norm() for g in grads]).tolist()
-            for index, value in zip(indices, values, strict=True):
+            found = [g.norm() for g in grads] if sparse else list(torch._foreach_norm(grads))
+            for index, value in zip(indices, torch.stack(found).float().tolist(), strict=True):
                 norms[index] = float(value)
     return norms
 
