@@ -26,8 +26,10 @@ class NonDifferentiableLoss(Rule):
     `RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn`,
     or, when something else in the loss requires grad, runs and leaves the parameters'
     `.grad` at `None` or zero: the model never learns. The common "fix" for the error,
-    `torch.tensor(loss, requires_grad=True)` or `loss.requires_grad_()`, hides it and
-    trains nothing.
+    `torch.tensor(loss, requires_grad=True)`, `loss.requires_grad_()` or
+    `loss.requires_grad = True`, hides it and trains nothing (the last one raises
+    `you can only change requires_grad flags of leaf variables` on any loss that still
+    has a graph, so wherever it runs, the loss has none).
 
     Compute the loss from the raw outputs (logits, probabilities) with a differentiable
     criterion, and keep `argmax` and rounding for metrics. Operations on the target side
@@ -89,24 +91,24 @@ class NonDifferentiableLoss(Rule):
             constructed = _leaf_constructor(definitions[0].value)
             if constructed is not None:
                 return constructed
-        if live:
-            return None  # `requires_grad_()` on a value that keeps a gradient path changes nothing
-        if len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
+        if not live and len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
             forced = _forcing_call(definitions[0].value)
             if forced is not None:
                 return forced
         start = max((self.analysis.collected.order[d.node] for d in definitions), default=0)
-        return self._forcing_statement(key, at, start)
+        return self._forcing_statement(key, at, start, live)
 
-    def _forcing_statement(self, key: str, at: cst.CSTNode, start: int) -> cst.CSTNode | None:
+    def _forcing_statement(self, key: str, at: cst.CSTNode, start: int, live: bool) -> cst.CSTNode | None:
         # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
         collected = self.analysis.collected
         scope, end = collected.contexts[at].scope, collected.order[at]
         for statement in collected.statements:
             if collected.contexts[statement].scope is not scope or not start < collected.order[statement] < end:
                 continue
-            if isinstance(statement, cst.Expr) and _forcing_call(statement.value, key) is not None:
+            # `requires_grad_()` on a value that keeps a gradient path changes nothing...
+            if not live and isinstance(statement, cst.Expr) and _forcing_call(statement.value, key) is not None:
                 return statement
+            # ...but assigning `requires_grad` raises on any tensor with history: if it runs, the loss has none.
             if (
                 isinstance(statement, cst.Assign)
                 and last_name(statement.value) == "True"
