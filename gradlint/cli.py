@@ -147,7 +147,13 @@ def lsp() -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module", help="Run a module, as `python -m MODULE`, instead of SCRIPT.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Optimizer steps to run.")
-@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds before the script is stopped (SIGTERM, then SIGKILL).",
+)
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--report", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
 @click.option("--quiet-script", is_flag=True, help="Hide the script's own output.")

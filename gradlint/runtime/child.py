@@ -109,6 +109,8 @@ def _run(config: dict[str, object]) -> None:
 
 def _report_exception(tracer: Tracer, events: EventWriter, error: BaseException, script: str) -> None:
     path, line = _user_frame(error.__traceback__, script)
+    if isinstance(error, SyntaxError) and error.filename == script:
+        path, line = script, error.lineno or 0
     events.emit(
         "exception",
         type=type(error).__name__,
