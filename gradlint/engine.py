@@ -12,7 +12,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from gradlint import notebook
 from gradlint.analysis import ModuleAnalysis, analyze
@@ -203,7 +203,6 @@ def _run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[D
         return [_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if not analysis.is_torch_code:
         return []
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     diagnostics: list[Diagnostic] = []
     for rule_class in rules:
         rule = rule_class(analysis)
@@ -213,10 +212,8 @@ def _run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[D
             message = f"internal error in {rule.code}, please report: {type(error).__name__}: {error}"
             diagnostics.append(_diagnostic(INTERNAL_ERROR, path, 1, 1, message))
             continue
-        if rule.reported:
-            positions = wrapper.resolve(PositionProvider)
-            for node, message, fix in rule.reported:
-                diagnostics.append(_at(positions[node], rule, path, message, fix))
+        for node, message, fix in rule.reported:
+            diagnostics.append(_at(analysis.positions[node], rule, path, message, fix))
     return sorted(set(diagnostics))
 
 

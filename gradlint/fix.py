@@ -25,8 +25,7 @@ import libcst as cst
 from gradlint import notebook
 from gradlint.config import Config
 from gradlint.engine import lint_notebook, lint_paths, lint_source
-from gradlint.fixes import LINE_BREAK
-from gradlint.rule import Diagnostic, Edit, Fix
+from gradlint.rule import LINE_BREAK, Diagnostic, Edit, Fix
 
 # Each pass fixes every finding whose edits do not overlap another's; a few passes settle
 # the rest. The cap keeps a fix that keeps re-triggering its own rule from looping.

@@ -1,52 +1,133 @@
-"""Build a rule's Fix from LibCST node replacements, so fixes keep comments and formatting."""
+"""Build a rule's Fix from LibCST nodes, as edits of the source that keep its formatting.
+
+A fix is an edit at the position of a node the rule found: the node's source replaced by
+the code LibCST renders for a new node, or lines inserted and indented around a
+statement. Only the changed span is touched, so comments, quotes and blank lines stay as
+they were, and building a fix costs the size of the node, not of the module.
+"""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from typing import TypeVar, cast
+import io
+import tokenize
 
 import libcst as cst
 
+from gradlint.analysis import ModuleAnalysis
 from gradlint.analysis.names import ImportMap
-from gradlint.rule import Edit, Fix
-
-# What a node is replaced with: a node, several statements (FlattenSentinel), or nothing.
-Replacement = cst.CSTNode | cst.FlattenSentinel[cst.CSTNode] | cst.RemovalSentinel
-_Node = TypeVar("_Node", bound=cst.CSTNode)
-
-# Line breaks as LibCST counts lines; edits address lines by this count.
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
+from gradlint.rule import LINE_BREAK, Edit, Fix
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: Mapping[cst.CSTNode, Replacement]) -> None:
-        super().__init__()
-        self.replacements = replacements
+def replace_node(
+    analysis: ModuleAnalysis, old: cst.CSTNode, new: cst.CSTNode, description: str, safe: bool = True
+) -> Fix:
+    """A Fix that turns the source of `old` into the code of `new` (an expression, a call).
 
-    def on_leave(
-        self, original_node: _Node, updated_node: _Node
-    ) -> _Node | cst.FlattenSentinel[_Node] | cst.RemovalSentinel:
-        if original_node not in self.replacements:
-            return updated_node
-        # The caller pairs each node with a replacement that fits where the node stands.
-        return cast("_Node | cst.FlattenSentinel[_Node] | cst.RemovalSentinel", self.replacements[original_node])
+    The edit covers only the span where the two differ. `new` may drop lines of `old` but
+    should not add any, as they would lack the indentation of the block around them.
+    """
+    module = analysis.module
+    before, after = module.code_for_node(old), module.code_for_node(new)
+    start, end_before, end_after = _changed_span(before, after)
+    first, last = _source_position(analysis, old, before, start), _source_position(analysis, old, before, end_before)
+    return Fix(description, (Edit(*first, *last, after[start:end_after]),), safe)
 
 
-def replacement_fix(
-    module: cst.Module,
-    replacements: Mapping[cst.CSTNode, Replacement],
+def _changed_span(before: str, after: str) -> tuple[int, int, int]:
+    """Where `before` and `after` differ: a common start, and the end in each."""
+    start, limit = 0, min(len(before), len(after))
+    while start < limit and before[start] == after[start]:
+        start += 1
+    end_before, end_after = len(before), len(after)
+    while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
+        end_before, end_after = end_before - 1, end_after - 1
+    return start, end_before, end_after
+
+
+def _source_position(analysis: ModuleAnalysis, node: cst.CSTNode, rendered: str, offset: int) -> tuple[int, int]:
+    """The 1-based source position of `offset` in `rendered`, the code LibCST renders for `node` alone.
+
+    Rendered alone, the continuation lines of a node lack the indentation of the block it
+    sits in, and are otherwise its source lines. An offset at the start of such a line
+    maps to the start of the source line, so that removing whole lines removes their
+    indentation too.
+    """
+    where = analysis.positions[node]
+    lines = LINE_BREAK.split(rendered[:offset])
+    index, column = len(lines) - 1, len(lines[-1])
+    if index == 0:
+        return where.start.line, where.start.column + column + 1
+    if column == 0:
+        return where.start.line + index, 1
+    source, alone = analysis.lines[where.start.line - 1 + index], LINE_BREAK.split(rendered)[index]
+    missing = (len(source) - len(source.lstrip())) - (len(alone) - len(alone.lstrip()))
+    return where.start.line + index, column + missing + 1
+
+
+def insert_before(
+    analysis: ModuleAnalysis, statement: cst.CSTNode, new: cst.BaseSmallStatement, description: str, safe: bool = True
+) -> Fix | None:
+    """A Fix adding `new` on a line of its own just above `statement`; None if it shares its line."""
+    where = analysis.positions[statement]
+    indent = _indentation(analysis, statement)
+    if indent is None:
+        return None
+    text = f"{analysis.module.code_for_node(new)}{analysis.module.default_newline}{indent}"
+    line, column = where.start.line, where.start.column + 1
+    return Fix(description, (Edit(line, column, line, column, text),), safe)
+
+
+def wrap_in_with(
+    analysis: ModuleAnalysis,
+    statement: cst.CSTNode,
+    context: cst.BaseExpression,
     description: str,
     safe: bool = True,
-) -> Fix:
-    """A Fix that turns `module` into `module` with each key node replaced by its value.
+    body: cst.BaseSmallStatement | None = None,
+) -> Fix | None:
+    """A Fix running `statement` under `with context:`, with `body` in its place if given.
 
-    LibCST regenerates the whole module, so the new nodes are rendered in place, with the
-    indentation and line endings of their surroundings; the edit is the span that changed.
+    None when the statement shares a line with others, or `body` would replace more than
+    one line. Every line of the statement moves one indentation level in, except the
+    continuation lines of multi-line strings, whose text must not change.
     """
-    before = module.code
-    after = module.visit(_Replace(replacements)).code
-    return Fix(description, (_difference(before, after),), safe)
+    where = analysis.positions[statement]
+    indent = _indentation(analysis, statement)
+    module = analysis.module
+    if indent is None or (body is not None and where.start.line != where.end.line):
+        return None
+    header = f"with {module.code_for_node(context)}:{module.default_newline}{indent}{module.default_indent}"
+    start, end = (where.start.line, where.start.column + 1), (where.end.line, where.end.column + 1)
+    if body is not None:
+        return Fix(description, (Edit(*start, *end, header + module.code_for_node(body)),), safe)
+    shifted = _code_lines(analysis.lines[where.start.line - 1 : where.end.line], where.start.line)
+    if shifted is None:
+        return None
+    below = [line for line in shifted if line != where.start.line]
+    edits = [Edit(*start, *start, header), *(Edit(line, 1, line, 1, module.default_indent) for line in below)]
+    return Fix(description, tuple(edits), safe)
+
+
+def _indentation(analysis: ModuleAnalysis, statement: cst.CSTNode) -> str | None:
+    """The whitespace before `statement` on its first line, None if it shares a line with others."""
+    where = analysis.positions[statement]
+    first, last = analysis.lines[where.start.line - 1], analysis.lines[where.end.line - 1]
+    before, after = first[: where.start.column], last[where.end.column :].strip()
+    if before.strip() or (after and not after.startswith("#")):
+        return None  # Ex) `if ready: p -= lr * p.grad` or `p -= g; q -= h`
+    return before
+
+
+def _code_lines(lines: list[str], first: int) -> list[int] | None:
+    """The numbers of `lines` (the first numbered `first`) that hold code, not string continuations."""
+    inside: set[int] = set()
+    source = "\n".join(lines) + "\n"
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            inside.update(range(token.start[0] + 1, token.end[0] + 1))  # rows a multi-line token continues on
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return [first + index for index, text in enumerate(lines) if text.strip() and index + 1 not in inside]
 
 
 def method_call(receiver: cst.BaseExpression, method: str) -> cst.Call:
@@ -55,41 +136,6 @@ def method_call(receiver: cst.BaseExpression, method: str) -> cst.Call:
     if not atomic:
         receiver = receiver.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(method)))
-
-
-def line_of(module: cst.Module, statement: cst.BaseSmallStatement) -> cst.SimpleStatementLine | None:
-    """The line holding `statement`; None when it sits in a one-line suite (`if x: y`)."""
-    finder = _LineFinder(statement)
-    module.visit(finder)
-    return finder.line
-
-
-class _LineFinder(cst.CSTVisitor):
-    def __init__(self, statement: cst.BaseSmallStatement) -> None:
-        super().__init__()
-        self.statement = statement
-        self.line: cst.SimpleStatementLine | None = None
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        if self.statement in node.body:
-            self.line = node
-        return False  # statements never nest inside a simple line
-
-
-def wrap_in_with(
-    statement: cst.SimpleStatementLine | cst.BaseCompoundStatement, context: cst.BaseExpression
-) -> cst.With:
-    """`with context:` around `statement`; comments above it stay above the `with`."""
-    return cst.With(
-        items=[cst.WithItem(context)],
-        body=cst.IndentedBlock([statement.with_changes(leading_lines=())]),
-        leading_lines=statement.leading_lines,
-    )
-
-
-def insert_before(line: cst.SimpleStatementLine, statement: cst.BaseSmallStatement) -> Replacement:
-    """`statement` on a line of its own, then `line` (with the comments above it) unchanged."""
-    return cst.FlattenSentinel([cst.SimpleStatementLine([statement]), line])
 
 
 def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
@@ -107,25 +153,3 @@ def reference(imports: ImportMap, dotted: str) -> cst.BaseExpression | None:
         if dotted == full or dotted.startswith(full + "."):
             return cst.parse_expression(local + dotted[len(full) :])
     return None
-
-
-def _difference(before: str, after: str) -> Edit:
-    start = 0
-    limit = min(len(before), len(after))
-    while start < limit and before[start] == after[start]:
-        start += 1
-    end_before, end_after = len(before), len(after)
-    while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
-        end_before -= 1
-        end_after -= 1
-    line, column = _position(before, start)
-    end_line, end_column = _position(before, end_before)
-    return Edit(line, column, end_line, end_column, after[start:end_after])
-
-
-def _position(text: str, offset: int) -> tuple[int, int]:
-    """The 1-based (line, column) of `offset`, counting CRLF, CR and LF as LibCST does."""
-    line, line_start = 1, 0
-    for match in LINE_BREAK.finditer(text, 0, offset):
-        line, line_start = line + 1, match.end()
-    return line, offset - line_start + 1

@@ -23,8 +23,7 @@ from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
 from gradlint.fix import fix_source
-from gradlint.fixes import LINE_BREAK
-from gradlint.rule import Diagnostic, Fix, all_rules
+from gradlint.rule import LINE_BREAK, Diagnostic, Fix, all_rules
 
 SOURCE = "gradlint"
 SETTLE_SECONDS = 0.15

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from gradlint.analysis.steps import TrainingStep
 
 DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/docs/rules.md#{anchor}"
+# Line breaks as LibCST counts lines: the line numbers of diagnostics and edits.
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import textwrap
+import time
 from pathlib import Path
 
 import libcst as cst
@@ -314,3 +315,39 @@ def test_gl009_loop_is_wrapped_in_no_grad_only_as_an_unsafe_fix() -> None:
         "    for x, y in loader:\n        correct",
         "    with torch.no_grad():\n        for x, y in loader:\n            correct",
     )
+
+
+def test_wrapping_shifts_code_lines_but_never_the_text_of_a_multi_line_string() -> None:
+    loop = (
+        "    for x, y in loader:\n"
+        "        logits = model(\n"
+        "            x,\n"
+        "        )\n"
+        '        note = """keep\n'
+        'this text"""\n'
+        "\n"
+        "        correct += (logits.argmax(1) == y).sum().item()\n"
+    )
+    wrapped = (
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            logits = model(\n"
+        "                x,\n"
+        "            )\n"
+        '            note = """keep\n'
+        'this text"""\n'
+        "\n"
+        "            correct += (logits.argmax(1) == y).sum().item()\n"
+    )
+    source = GL009_EVAL.replace(GL009_EVAL[GL009_EVAL.index("    for") : GL009_EVAL.index("    return")], loop)
+    assert fixed(source, unsafe=True) == source.replace(loop, wrapped)
+
+
+def test_fixes_cost_the_size_of_the_node_not_of_the_module() -> None:
+    # 100 training functions with two findings each: one module walk per fix would take minutes.
+    functions = [LOOP.replace("import torch\n", "").replace("def train(", f"def train{i}(") for i in range(100)]
+    source = "import torch\n" + "\n".join(functions)
+    started = time.perf_counter()
+    result = fix_source(source, "big.py", Config())
+    assert (result.applied, result.remaining) == (200, [])
+    assert time.perf_counter() - started < 30

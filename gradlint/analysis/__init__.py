@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 
 import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
@@ -23,6 +25,7 @@ from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.values import GradValues, names_in
+from gradlint.rule import LINE_BREAK
 
 __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
 
@@ -38,6 +41,16 @@ class ModuleAnalysis:
         self.events = EventIndex(collected, self.roles)
         self.values = GradValues(collected, self.roles, self.events)
         self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
+
+    @cached_property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """Where each node is in the source; resolved on first use, which only files with findings need."""
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """The source's lines without their line breaks; `lines[n - 1]` is line n of a position."""
+        return LINE_BREAK.split(self.module.code)
 
     @cached_property
     def is_torch_code(self) -> bool:

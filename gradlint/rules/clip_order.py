@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, TrainingStep
 from gradlint.analysis.names import last_name
-from gradlint.fixes import insert_before, line_of, replacement_fix
+from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
 AFTER_STEP = "gradients are clipped after optimizer.step(), so the update already used the unclipped gradients"
@@ -131,13 +131,10 @@ class ClipOrder(Rule):
             return None
         analysis = self.analysis
         statement = analysis.statement_of(clip.node)  # type: ignore[arg-type]  # a CLIP event's node is its call
-        line = line_of(analysis.module, statement) if isinstance(statement, cst.BaseSmallStatement) else None
-        if line is None or analysis.context(call).scope is not analysis.context(statement).scope:
+        if analysis.context(call).scope is not analysis.context(statement).scope:
             return None
         unscale = cst.Expr(cst.Call(cst.Attribute(call.func.value, cst.Name("unscale_")), [cst.Arg(optimizer)]))
-        return replacement_fix(
-            analysis.module, {line: insert_before(line, unscale)}, "call `scaler.unscale_(optimizer)` before clipping"
-        )
+        return insert_before(analysis, statement, unscale, "call `scaler.unscale_(optimizer)` before clipping")
 
 
 def _first(events: Iterable[Event], kinds: tuple[Kind, ...]) -> Event | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.fixes import reference, replacement_fix, wrap_in_with
+from gradlint.fixes import reference, wrap_in_with
 from gradlint.rule import Fix, Rule
 
 
@@ -70,7 +70,5 @@ class EvalWithoutNoGrad(Rule):
         if no_grad is None:
             return None
         loop = self.analysis.context(call).loops[-1]
-        wrapped = wrap_in_with(loop, cst.Call(no_grad))
-        return replacement_fix(
-            self.analysis.module, {loop: wrapped}, "run the loop under `torch.no_grad()`", safe=False
-        )
+        description = "run the loop under `torch.no_grad()`"
+        return wrap_in_with(self.analysis, loop, cst.Call(no_grad), description, safe=False)

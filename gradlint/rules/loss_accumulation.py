@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from gradlint.analysis import Kind
+from gradlint.analysis import Kind, ModuleAnalysis
 from gradlint.analysis.names import dotted_name
-from gradlint.fixes import method_call, replacement_fix
+from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
 
 CONTAINER_METHODS = frozenset({"append", "extend", "insert"})
@@ -56,6 +56,10 @@ class LossAccumulation(Rule):
             optimizer.step()
             total_loss += loss.item()
     """
+
+    def __init__(self, analysis: ModuleAnalysis) -> None:
+        super().__init__(analysis)
+        self._receivers: dict[cst.CSTNode, set[str | None]] = {}  # scope -> names used as `name.attr`
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
@@ -119,9 +123,7 @@ class LossAccumulation(Rule):
         # used as a tensor, adding a loss that is backpropagated (so a scalar).
         scalar = dotted_name(value) in self.analysis.backpropagated_names(region)
         method = "item" if scalar and self._holds_number(statement, key) else "detach"
-        return replacement_fix(
-            self.analysis.module, {value: method_call(value, method)}, f"use `.{method}()` to drop the graph"
-        )
+        return replace_node(self.analysis, value, method_call(value, method), f"use `.{method}()` to drop the graph")
 
     def _holds_number(self, statement: cst.BaseSmallStatement, key: str) -> bool:
         """Whether `key` starts as a number literal in this scope and is never used as a tensor."""
@@ -133,8 +135,10 @@ class LossAccumulation(Rule):
         ]
         if not starts or not all(isinstance(s.value, (cst.Integer, cst.Float)) for s in starts):
             return False
-        uses = m.findall(scope, m.Attribute())
-        return not any(isinstance(node, cst.Attribute) and dotted_name(node.value) == key for node in uses)
+        if scope not in self._receivers:  # one walk per scope, however many findings it has
+            uses = m.findall(scope, m.Attribute())
+            self._receivers[scope] = {dotted_name(node.value) for node in uses if isinstance(node, cst.Attribute)}
+        return key not in self._receivers[scope]
 
 
 def _backpropagates(events: tuple[object, ...]) -> bool:

@@ -7,7 +7,7 @@ import libcst as cst
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.collect import Loop, Scope
 from gradlint.analysis.values import names_in
-from gradlint.fixes import replacement_fix, without_keyword
+from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
 
 SUMMABLE = (
@@ -101,8 +101,7 @@ class RetainGraphOveruse(Rule):
         flags = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "retain_graph"]
         if not (len(flags) == 1 and isinstance(flags[0], cst.Name) and flags[0].value == "True"):
             return None
-        new = without_keyword(call, "retain_graph")
-        return replacement_fix(self.analysis.module, {call: new}, "remove `retain_graph=True`")
+        return replace_node(self.analysis, call, without_keyword(call, "retain_graph"), "remove `retain_graph=True`")
 
     def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
         """Whether a loss-and-grads helper returns the retained loss for its caller to use again."""

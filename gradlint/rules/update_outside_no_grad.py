@@ -6,7 +6,7 @@ import libcst as cst
 
 from gradlint.analysis.mutations import ManualUpdate
 from gradlint.analysis.names import dotted_name
-from gradlint.fixes import line_of, reference, replacement_fix, wrap_in_with
+from gradlint.fixes import reference, wrap_in_with
 from gradlint.rule import Fix, Rule
 
 REBINDING = (
@@ -72,21 +72,19 @@ class UpdateOutsideNoGrad(Rule):
 
     def _fix(self, update: ManualUpdate) -> Fix | None:
         no_grad = reference(self.analysis.imports, "torch.no_grad")
-        line = line_of(self.analysis.module, update.statement)
-        if no_grad is None or line is None or len(line.body) != 1:
+        if no_grad is None:
             return None
         if not update.rebinding:
-            wrapped = wrap_in_with(line, cst.Call(no_grad))
-            return replacement_fix(self.analysis.module, {line: wrapped}, "wrap the update in `with torch.no_grad():`")
+            description = "wrap the update in `with torch.no_grad():`"
+            return wrap_in_with(self.analysis, update.statement, cst.Call(no_grad), description)
         # Rebinding under no_grad would make a tensor that no longer requires grad at all;
         # updating in place instead changes what other references to the tensor see, so a
         # person must judge: the fix is unsafe.
         in_place = _in_place(update.statement)
         if in_place is None:
             return None
-        wrapped = wrap_in_with(line.with_changes(body=[in_place]), cst.Call(no_grad))
         description = "update the parameter in place under `torch.no_grad()`"
-        return replacement_fix(self.analysis.module, {line: wrapped}, description, safe=False)
+        return wrap_in_with(self.analysis, update.statement, cst.Call(no_grad), description, safe=False, body=in_place)
 
 
 def _in_place(statement: cst.BaseSmallStatement) -> cst.AugAssign | None:
