@@ -167,21 +167,27 @@ class Lineages:
             and not event.no_grad
             and isinstance(event.node, cst.Call)
         ]
-        for statement in self.collected.statements:
-            if isinstance(statement, cst.Return) and statement.value is not None and self._is_lightning_step(statement):
-                value = _loss_entry(statement.value)
-                if value is not None:
-                    found.append(Backpropagated(value, statement))
-        return found
+        return found + self._returned_by("training_step", "LightningModule")
 
-    def _is_lightning_step(self, statement: cst.Return) -> bool:
-        function = self.collected.contexts[statement].function
-        owner = self.collected.owners.get(function) if function is not None else None
-        if function is None or owner is None or function.name.value != "training_step":
-            return False
-        if not any((last_name(base.value) or "").endswith("LightningModule") for base in owner.bases):
-            return False
-        return not m.findall(owner, MANUAL_OPTIMIZATION)
+    def trainer_losses(self) -> list[Backpropagated]:
+        """What a Hugging Face `Trainer` subclass's `compute_loss` returns; the Trainer backpropagates it."""
+        return self._returned_by("compute_loss", "Trainer")
+
+    def _returned_by(self, method: str, base_suffix: str) -> list[Backpropagated]:
+        found = []
+        for statement in self.collected.statements:
+            if not isinstance(statement, cst.Return) or statement.value is None:
+                continue
+            function = self.collected.contexts[statement].function
+            owner = self.collected.owners.get(function) if function is not None else None
+            if function is None or owner is None or function.name.value != method:
+                continue
+            if not any((last_name(base.value) or "").endswith(base_suffix) for base in owner.bases):
+                continue
+            value = _loss_entry(statement.value)
+            if value is not None and not m.findall(owner, MANUAL_OPTIMIZATION):
+                found.append(Backpropagated(value, statement))
+        return found
 
     def is_criterion_call(self, call: cst.Call) -> bool:
         """A loss function call: a criterion object (`nn.CrossEntropyLoss()`) or `F.mse_loss`."""
@@ -460,7 +466,9 @@ class Lineages:
 
 
 def _loss_entry(value: cst.BaseExpression) -> cst.BaseExpression | None:
-    # Ex) return loss  /  return {"loss": loss, "log": logs}
+    # Ex) return loss  /  return {"loss": loss, "log": logs}  /  return (loss, outputs) if return_outputs else loss
+    if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Tuple) and value.body.elements:
+        return value.orelse if dotted_name(value.body.elements[0].value) == dotted_name(value.orelse) else value
     if isinstance(value, cst.Dict):
         for element in value.elements:
             key = element.key if isinstance(element, cst.DictElement) else None

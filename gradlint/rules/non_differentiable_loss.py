@@ -37,8 +37,8 @@ class NonDifferentiableLoss(Rule):
     `torch.no_grad()`, straight-through estimators (`y_hard - y_soft.detach() + y_soft`),
     `F.gumbel_softmax(logits, hard=True)` and detached targets (DQN target networks,
     teachers, EMA models) are fine and not reported: a path with a gradient remains.
-    What a LightningModule's `training_step` returns counts as backpropagated, since
-    Lightning calls `backward()` on it.
+    What a LightningModule's `training_step` or a Hugging Face `Trainer` subclass's
+    `compute_loss` returns counts as backpropagated: the framework calls `backward()` on it.
 
     Known problems
     Values computed in functions of other modules are assumed to keep a gradient.
@@ -51,7 +51,8 @@ class NonDifferentiableLoss(Rule):
     code = "GL006"
     name = "non-differentiable-loss"
     message = "the loss reaches the model output only through this operation, which has no gradient, so nothing learns"
-    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
+    # Lightning backpropagates what training_step returns, a Hugging Face Trainer what compute_loss does.
+    requires = ((b"backward", b"training_step", b"compute_loss"),)
     example = """
         for x, y in loader:
             optimizer.zero_grad()
@@ -71,7 +72,7 @@ class NonDifferentiableLoss(Rule):
 
     def check_module(self) -> None:
         analysis = self.analysis
-        for backpropagated in analysis.lineage.backpropagated():
+        for backpropagated in (*analysis.lineage.backpropagated(), *analysis.lineage.trainer_losses()):
             value, statement = backpropagated.value, backpropagated.at
             lineage = analysis.lineage.of(value, statement)
             leaf = self._new_leaf(value, statement, lineage.live)
