@@ -31,31 +31,14 @@ MANUAL_OPTIMIZATION = m.Assign(
     targets=[m.AssignTarget(target=m.Attribute(attr=m.Name("automatic_optimization")))], value=m.Name("False")
 )
 # Operations with no gradient, reported when they are applied to a value with history.
-CUTTING_METHODS = frozenset(
-    {
-        "argmax",
-        "argmin",
-        "round",
-        "floor",
-        "ceil",
-        "sign",
-        "trunc",
-        "detach",
-        "numpy",
-        "eq",
-        "ne",
-        "lt",
-        "gt",
-        "le",
-        "ge",
-    }
+CUTTING_FUNCTIONS = frozenset(
+    {"argmax", "argmin", "round", "floor", "ceil", "sign", "trunc", "eq", "ne", "lt", "gt", "le", "ge"}
 )
-CUTTING_FUNCTIONS = frozenset({"argmax", "argmin", "round", "floor", "ceil", "sign", "trunc", "eq", "ne", "lt", "gt"})
+CUTTING_METHODS = CUTTING_FUNCTIONS | {"detach", "numpy"}
 # torch functions that copy their argument into a new tensor without history.
 REWRAPPING = frozenset({"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "DoubleTensor", "HalfTensor"})
 # Calls whose result has no history, like `.item()`, without being the operation to blame.
-STOPPING_BUILTINS = frozenset({"float", "int", "bool", "len", "str", "repr", "round", "isinstance", "range"})
-PASSING_BUILTINS = frozenset({"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted"})
+STOPPING_BUILTINS = frozenset({"float", "int", "bool", "len", "str", "repr", "isinstance", "range"})
 # `values, indices = out.max(1)`: the second result is an index tensor.
 INDEXED_REDUCTIONS = frozenset({"max", "min", "sort", "topk", "kthvalue", "mode", "median"})
 FUNCTIONAL_LOSSES = re.compile(
@@ -375,6 +358,8 @@ class Lineages:
             return SOURCE
         if isinstance(func, cst.Name) and name in STOPPING_BUILTINS:
             return self._union(arguments, at, bindings, depth).stopped()
+        if isinstance(func, cst.Name) and name == "round" and func.value not in self.roles.imports.aliases:
+            return self._union(arguments, at, bindings, depth).cut_by(call)  # round(out) calls torch.round
         result = self._union(arguments, at, bindings, depth)
         if isinstance(func, cst.Name) and not self._is_plain_function(func):
             return result | UNKNOWN  # a callable held in a variable may be a model
