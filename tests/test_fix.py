@@ -351,3 +351,12 @@ def test_fixes_cost_the_size_of_the_node_not_of_the_module() -> None:
     result = fix_source(source, "big.py", Config())
     assert (result.applied, result.remaining) == (200, [])
     assert time.perf_counter() - started < 30
+
+
+def test_gl002_clear_is_inserted_before_backward_only_as_an_unsafe_fix() -> None:
+    source = LOOP.replace("        optimizer.zero_grad()\n", "").replace("        losses.append(loss)\n", "")
+    source = source.replace("total += loss  # running sum, for the log", "total += loss.item()")
+    assert fixed(source) == source
+    assert fixed(source, unsafe=True) == source.replace(
+        "        loss.backward()", "        optimizer.zero_grad()\n        loss.backward()"
+    )

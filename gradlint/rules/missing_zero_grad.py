@@ -6,7 +6,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from gradlint.analysis import Event, Kind, TrainingStep
-from gradlint.rule import Rule
+from gradlint.fixes import insert_before
+from gradlint.rule import Fix, Rule
 
 CLEAR_BEFORE_STEP = "gradients are cleared between backward() and step(), so the step applies nothing"
 CLEAR_EVERY_MICRO_BATCH = (
@@ -58,7 +59,7 @@ class MissingZeroGrad(Rule):
         backwards = step.of_kind(Kind.BACKWARD)
         uncleared = self._uncleared_backward(step)
         if uncleared is not None:
-            self.report(uncleared.site)
+            self.report(uncleared.site, fix=self._clear_first(step, uncleared))
             return
         for clear in step.of_kind(Kind.CLEAR):
             if self._between_backward_and_step(step, clear):
@@ -79,6 +80,19 @@ class MissingZeroGrad(Rule):
             if event.target not in cleared:
                 return _last_before(step.events, event, Kind.BACKWARD)
         return None
+
+    def _clear_first(self, step: TrainingStep, backward: Event) -> Fix | None:
+        """Insert `optimizer.zero_grad()` before the backward: unsafe, as accumulating may be intended."""
+        cleared = {clear.target for clear in step.of_kind(Kind.CLEAR)}
+        stepped = {event.target: event for event in step.of_kind(Kind.STEP) if event.target not in cleared}
+        if len(stepped) != 1 or backward.node is not backward.site or not isinstance(backward.site, cst.Call):
+            return None
+        [event] = stepped.values()
+        statement = self.analysis.statement_of(backward.site)
+        if event.value is None or self.analysis.context(event.site).scope is not self.analysis.context(statement).scope:
+            return None
+        clear = cst.Expr(cst.Call(cst.Attribute(event.value, cst.Name("zero_grad"))))
+        return insert_before(self.analysis, statement, clear, "clear the gradients before backward()", safe=False)
 
     def _clears_one_optimizer(self, clear: Event) -> bool:
         # A clear inside a helper names the helper's own variables: assume it covers all.
