@@ -49,7 +49,9 @@ class InplaceOnGradTensor(Rule):
     code = "GL004"
     name = "inplace-on-grad-tensor"
     message = "a leaf tensor that requires grad is modified in place outside torch.no_grad(), which raises at runtime"
-    requires = ()  # a leaf or a saved tensor can be named anything: no token is certain
+    # A leaf comes from a Parameter, parameters(), group["params"], requires_grad or a module's
+    # weight/bias; a saved tensor matters only before a backward, autograd.grad, or in a forward.
+    requires = ((b"arameter", b"params", b"grad", b"weight", b"bias", b"backward", b"forward"),)
     example = """
         x = torch.randn(3, requires_grad=True)
         x.add_(1)
