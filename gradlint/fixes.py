@@ -108,6 +108,24 @@ def wrap_in_with(
     return Fix(description, tuple(edits), safe)
 
 
+def remove_statement(
+    analysis: ModuleAnalysis, statement: cst.CSTNode, description: str, safe: bool = True
+) -> Fix | None:
+    """A Fix deleting the lines of `statement`; None if it shares them, or is alone in its block."""
+    where = analysis.positions[statement]
+    if _indentation(analysis, statement) is None:
+        return None
+    lines = analysis.lines
+    if where.end.line >= len(lines):
+        return None  # the last line, without a line break to remove with it
+    remaining = "\n".join(lines[: where.start.line - 1] + lines[where.end.line :])
+    try:
+        cst.parse_module(remaining)  # Ex) the only statement of an `if` body: nothing may be left
+    except cst.ParserSyntaxError:
+        return None
+    return Fix(description, (Edit(where.start.line, 1, where.end.line + 1, 1, ""),), safe)
+
+
 def _indentation(analysis: ModuleAnalysis, statement: cst.CSTNode) -> str | None:
     """The whitespace before `statement` on its first line, None if it shares a line with others."""
     where = analysis.positions[statement]

@@ -360,3 +360,17 @@ def test_gl002_clear_is_inserted_before_backward_only_as_an_unsafe_fix() -> None
     assert fixed(source, unsafe=True) == source.replace(
         "        loss.backward()", "        optimizer.zero_grad()\n        loss.backward()"
     )
+
+
+GL011_AMP = GL007_AMP.replace("    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "").replace(
+    "    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n    optimizer.step()  # twice\n"
+)
+
+
+def test_gl011_the_direct_step_is_removed() -> None:
+    assert fixed(GL011_AMP) == GL011_AMP.replace("    optimizer.step()  # twice\n", "")
+
+
+def test_gl011_no_fix_when_the_direct_step_is_alone_in_its_block() -> None:
+    source = GL011_AMP.replace("    optimizer.step()  # twice\n", "    if log:\n        optimizer.step()\n")
+    assert [(d.code, d.fix) for d in lint_source(source, "train.py")] == [("GL011", None)]

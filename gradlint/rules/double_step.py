@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from gradlint.analysis import Kind, TrainingStep
-from gradlint.rule import Rule
+import libcst as cst
+
+from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.fixes import remove_statement
+from gradlint.rule import Fix, Rule
 
 
 class DoubleStep(Rule):
@@ -62,5 +65,22 @@ class DoubleStep(Rule):
             for scaled in (event for event in steps if event.via_scaler and event.target == direct.target):
                 first, second = sorted((direct, scaled), key=step.events.index)
                 if not branches.exclusive(first, second):
-                    self.report(direct.node)
+                    self.report(direct.node, fix=self._keep_scaled(direct, scaled))
                     break
+
+    def _keep_scaled(self, direct: Event, scaled: Event) -> Fix | None:
+        """Delete the direct step when the scaler's step runs whenever it does."""
+        analysis = self.analysis
+        if (
+            direct.node is not direct.site
+            or scaled.node is not scaled.site
+            or not isinstance(direct.node, cst.Call)
+            or not set(scaled.ifs) <= set(direct.ifs)
+        ):
+            return None
+        statement = analysis.statement_of(direct.node)
+        if not (isinstance(statement, cst.Expr) and statement.value is direct.node):
+            return None  # Ex) loss = optimizer.step(closure): the value is used
+        if analysis.context(statement).scope is not analysis.context(scaled.site).scope:
+            return None
+        return remove_statement(analysis, statement, "remove the direct `optimizer.step()`")
