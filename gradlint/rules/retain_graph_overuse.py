@@ -6,6 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.collect import Loop, Scope
+from gradlint.analysis.names import dotted_name
 from gradlint.analysis.values import names_in
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
@@ -40,7 +41,10 @@ class RetainGraphOveruse(Rule):
     Not reported: a later backward or `torch.autograd.grad` through the graph in the
     same step (GAN and actor-critic steps with an optimizer step between them,
     per-task gradients that are read between the calls), a graph built before a loop
-    that backpropagates it once per iteration (Jacobian rows), and `create_graph=True`.
+    that backpropagates it once per iteration (Jacobian rows), an optimizer wrapper
+    whose `step(loss)` backpropagates, a helper that returns the loss or keeps it on
+    `self` without stepping (its caller may backpropagate again), and
+    `create_graph=True`.
 
     Known problems
     A later backward in another module is not seen.
@@ -104,14 +108,14 @@ class RetainGraphOveruse(Rule):
         return replace_node(self.analysis, call, without_keyword(call, "retain_graph"), "remove `retain_graph=True`")
 
     def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
-        """Whether a loss-and-grads helper returns the retained loss for its caller to use again."""
+        """Whether a loss-and-grads helper returns or stores the retained loss for other code to use again."""
         # Ex) def loss_and_grads(): loss = ...; loss.backward(retain_graph=True); return loss
+        # Ex) self.loss = loss (another method backpropagates it again)
         if not isinstance(scope, cst.FunctionDef) or any(e.kind is Kind.STEP for e in events):
             return False
         keys = set(names_in(event.value)) if event.value is not None else set()
-        statements = self.analysis.statements_in(scope)
-        returned = [s.value for s in statements if isinstance(s, cst.Return) and s.value is not None]
-        return any(keys & set(names_in(value)) for value in returned)
+        handed = [_handed_on(statement) for statement in self.analysis.statements_in(scope)]
+        return any(keys & set(names_in(value)) for value in handed if value is not None)
 
     def _graph_built_before(self, event: Event, loop: Loop) -> bool:
         """Whether the backpropagated value comes from a graph built before `loop`."""
@@ -150,6 +154,17 @@ def _backpropagates(event: Event, functions: set[str]) -> bool:
         argument = event.node.args[0].value
         return not (isinstance(argument, cst.Name) and argument.value in functions)
     return event.kind in BACKPROPAGATING
+
+
+def _handed_on(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
+    """The value a statement returns or stores on `self`, where other code can reach it."""
+    if isinstance(statement, cst.Return):
+        return statement.value
+    if isinstance(statement, cst.Assign) and any(
+        (dotted_name(target.target) or "").startswith("self.") for target in statement.targets
+    ):
+        return statement.value
+    return None
 
 
 def _creates_graph(node: cst.CSTNode) -> bool:
