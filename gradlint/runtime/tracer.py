@@ -8,7 +8,6 @@ finding on the script's line. `install()` patches, `uninstall()` restores everyt
 from __future__ import annotations
 
 import functools
-import inspect
 import linecache
 import os
 import sys
@@ -38,8 +37,8 @@ _LIBRARY_DIRS = tuple(
 )
 _ROOTS_KEPT = 16  # backpropagated roots remembered, to see which later variables still reach them
 # Whole-step checks (variables, gradient norms) run on every one of the first steps, then
-# on every 8th: a long trace stays cheap, and leaks and dead gradients persist anyway.
-_EVERY_STEP_UNTIL, _THEN_EVERY = 32, 8
+# on every 32nd: a long trace stays cheap, and leaks and dead gradients persist anyway.
+_EVERY_STEP_UNTIL, _THEN_EVERY = 32, 32
 
 
 def _sampled(count: int) -> bool:
@@ -195,21 +194,19 @@ class Tracer:
     # -- backward -----------------------------------------------------------------------
 
     def _tensor_backward(self, original: Callable[..., Any], tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        bound = _signature(original).bind(tensor, *args, **kwargs).arguments
-        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
-        return self._gradient_call([tensor], bool(retain), True, lambda: original(tensor, *args, **kwargs))
+        # Tensor.backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None)
+        retain = _retains(args, kwargs, 1)
+        return self._gradient_call([tensor], retain, True, lambda: original(tensor, *args, **kwargs))
 
     def _autograd_backward(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        bound = _signature(original).bind(*args, **kwargs).arguments
-        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
-        roots = _tensors(bound.get("tensors"))
-        return self._gradient_call(roots, bool(retain), True, lambda: original(*args, **kwargs))
+        # torch.autograd.backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, ...)
+        roots = _tensors(args[0] if args else kwargs.get("tensors"))
+        return self._gradient_call(roots, _retains(args, kwargs, 2), True, lambda: original(*args, **kwargs))
 
     def _autograd_grad(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        bound = _signature(original).bind(*args, **kwargs).arguments
-        retain = bound.get("retain_graph") and not bound.get("create_graph")  # higher-order graphs are meant to stay
-        roots = _tensors(bound.get("outputs"))
-        return self._gradient_call(roots, bool(retain), False, lambda: original(*args, **kwargs))
+        # torch.autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, ...)
+        roots = _tensors(args[0] if args else kwargs.get("outputs"))
+        return self._gradient_call(roots, _retains(args, kwargs, 3), False, lambda: original(*args, **kwargs))
 
     def _gradient_call(
         self, roots: list[torch.Tensor], retain: bool, accumulates: bool, call: Callable[[], Any]
@@ -631,9 +628,14 @@ class Tracer:
         self.events.emit("coverage", lines=sorted(self.lines.hits))
 
 
-@functools.cache
-def _signature(function: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(function)
+def _retains(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> bool:
+    """Whether a backward call passes `retain_graph=True` (at `index`) without `create_graph`.
+
+    Graphs kept by `create_graph=True` are meant for higher-order gradients, so they are not judged.
+    """
+    retain = kwargs.get("retain_graph", args[index] if len(args) > index else None)
+    create = kwargs.get("create_graph", args[index + 1] if len(args) > index + 1 else False)
+    return bool(retain) and not create
 
 
 def _first_sentence(message: str) -> str:
