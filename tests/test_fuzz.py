@@ -182,3 +182,18 @@ def test_mutations_change_the_source() -> None:
     assert mutate(source, "delete_token", 0, 0) == " = 1\nb = f(a)\n"
     assert mutate(source, "swap_token", 0, 2) == "1 = a\nb = f(a)\n"
     assert mutate(source, "duplicate_token", 5, 5) == "a = 1\nb = f f(a)\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # torch/_inductor/codegen/cpp_micro_gemm.py: a helper called from a class decorator,
+        # whose call site is the `class` statement itself (GL003, GL004: KeyError).
+        "def update(w, lr):\n    w = w - lr * w.grad\n    return w\n@update(p, 0.1)\nclass A:\n    pass\n",
+        "def update(w):\n    w.add_(1)\n@update(torch.nn.Parameter(torch.zeros(1)))\ndef f():\n    pass\n",
+        "def clip(w=torch.zeros(3, requires_grad=True)):\n    w.add_(1)\nmatch clip(x):\n    case _:\n        loss.backward()\n",
+    ],
+    ids=["class-decorator", "function-decorator", "match-subject"],
+)
+def test_internal_errors_found_by_the_corpus_runs_stay_fixed(source: str) -> None:
+    lint_everything("import torch\n" + source)

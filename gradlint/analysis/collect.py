@@ -285,7 +285,8 @@ def _traits(kind: type[cst.CSTNode]) -> _Traits:
     return _Traits(
         name=kind.__name__,
         trivia=issubclass(kind, _TRIVIA),
-        has_context=issubclass(kind, (cst.Call, cst.BaseSmallStatement, cst.With, cst.If, cst.For, cst.While)),
+        # Every statement: a call in a decorator or a default belongs to its `def` or `class`.
+        has_context=issubclass(kind, (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)),
         ordered_on_visit=issubclass(kind, (cst.For, cst.While, cst.FunctionDef)),
         statement=issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)),
         call=issubclass(kind, cst.Call),
