@@ -191,7 +191,8 @@ def test_mutations_change_the_source() -> None:
         # whose call site is the `class` statement itself (GL003, GL004: KeyError).
         "def update(w, lr):\n    w = w - lr * w.grad\n    return w\n@update(p, 0.1)\nclass A:\n    pass\n",
         "def update(w):\n    w.add_(1)\n@update(torch.nn.Parameter(torch.zeros(1)))\ndef f():\n    pass\n",
-        "def clip(w=torch.zeros(3, requires_grad=True)):\n    w.add_(1)\nmatch clip(x):\n    case _:\n        loss.backward()\n",
+        "def clip(w=torch.zeros(3, requires_grad=True)):\n    w.add_(1)\n"
+        "match clip(x):\n    case _:\n        loss.backward()\n",
     ],
     ids=["class-decorator", "function-decorator", "match-subject"],
 )
