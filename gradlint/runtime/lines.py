@@ -37,10 +37,10 @@ def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
 class Watch:
     """A name in one frame whose next change is reported, with the line that made it."""
 
-    def __init__(self, frame: FrameType, name: str, on_change: Callable[[object, int], bool]) -> None:
+    def __init__(self, frame: FrameType, name: str, on_change: Callable[[object, object, int], bool]) -> None:
         self.frame = frame
         self.name = name
-        self.on_change = on_change  # (new value, line) -> keep watching?
+        self.on_change = on_change  # (old value, new value, line) -> keep watching?
         self.last_line = frame.f_lineno
         self.snapshot = _snapshot(lookup(frame, name))
 
@@ -126,7 +126,7 @@ class LineTracker:
         for watch in [watch for watch in self.watches if watch.frame is frame]:
             value = watch.changed()
             if value is not _MISSING:
-                keep = watch.on_change(value, watch.last_line)
+                keep = watch.on_change(watch.snapshot[0], value, watch.last_line)
                 watch.snapshot = _snapshot(value)
                 if not keep:
                     self.watches.remove(watch)

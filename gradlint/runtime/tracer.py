@@ -365,7 +365,7 @@ class Tracer:
         evidence = f"`{name}` still holds the autograd graphs of losses backpropagated in {count} earlier steps"
         self._leaks[key] = (frame.f_lineno, evidence)
 
-        def changed(value: object, line: int) -> bool:
+        def changed(old: object, value: object, line: int) -> bool:
             if grad_tensors(value):
                 self._leaks.pop(key, None)
                 self._leaks_found.add(key)
@@ -384,8 +384,9 @@ class Tracer:
                     continue
                 self.lines.watch(Watch(frame, name, functools.partial(self._leaf_rebound, name)))
 
-    def _leaf_rebound(self, name: str, value: object, line: int) -> bool:
-        if isinstance(value, torch.Tensor) and value.requires_grad and not value.is_leaf:
+    def _leaf_rebound(self, name: str, old: object, value: object, line: int) -> bool:
+        # Ex) `w = w - lr * w.grad`: the new value is computed from the old leaf, with autograd on.
+        if isinstance(value, torch.Tensor) and value.requires_grad and _derived_from(value, old):
             self.report(
                 "GL003",
                 line,
@@ -636,6 +637,11 @@ def _retains(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> bool:
     retain = kwargs.get("retain_graph", args[index] if len(args) > index else None)
     create = kwargs.get("create_graph", args[index + 1] if len(args) > index + 1 else False)
     return bool(retain) and not create
+
+
+def _derived_from(value: torch.Tensor, leaf: object) -> bool:
+    """Whether `value`'s history starts at `leaf` (a leaf's AccumulateGrad node holds it as `.variable`)."""
+    return any(is_accumulate(node) and node.variable is leaf for node in nodes(value.grad_fn, limit=256))  # type: ignore[attr-defined]  # AccumulateGrad
 
 
 def _first_sentence(message: str) -> str:
