@@ -641,7 +641,8 @@ def _retains(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> bool:
 
 def _derived_from(value: torch.Tensor, leaf: object) -> bool:
     """Whether `value`'s history starts at `leaf` (a leaf's AccumulateGrad node holds it as `.variable`)."""
-    return any(is_accumulate(node) and node.variable is leaf for node in nodes(value.grad_fn, limit=256))  # type: ignore[attr-defined]  # AccumulateGrad
+    accumulators = [node for node in nodes(value.grad_fn, limit=256) if is_accumulate(node)]
+    return any(node.variable is leaf for node in accumulators)  # type: ignore[attr-defined]  # only AccumulateGrad
 
 
 def _first_sentence(message: str) -> str:
