@@ -27,7 +27,7 @@ def render_html(report: TraceReport) -> str:
         "<h2>Autograd graph held by the script's variables</h2>",
         "<p class=note>Nodes reachable from the script's tensors after each optimizer step. "
         "A line that keeps rising is a leak (GL001).</p>",
-        _line_chart([int(str(s.get("graph_nodes", 0))) for s in steps]),
+        _line_chart([(int(str(s.get("step", 0))), int(str(s.get("graph_nodes", 0)))) for s in steps]),
         "<h2>Gradient norm per parameter</h2>",
         "<p class=note>L2 norm of each parameter's gradient when the optimizer stepped (log scale). "
         "Empty cells got no gradient (None), black ones an all-zero gradient (GL006); "
@@ -57,17 +57,21 @@ def _findings(report: TraceReport) -> str:
     return f"<table>{header}{''.join(rows)}</table>"
 
 
-def _line_chart(values: list[int], width: int = 640, height: int = 200) -> str:
-    if not values:
+def _line_chart(series: list[tuple[int, int]], width: int = 640, height: int = 200) -> str:
+    if not series:
         return "<p class=note>No optimizer step ran.</p>"
+    values = [value for _, value in series]
     top = max(max(values), 1)
     left, bottom = 50, height - 25
     span = max(len(values) - 1, 1)
     points = [(left + (width - left - 10) * i / span, bottom - (bottom - 10) * v / top) for i, v in enumerate(values)]
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     dots = "".join(f"<circle cx={x:.1f} cy={y:.1f} r=3 fill='#1565c0'/>" for x, y in points)
+    every = max(1, len(points) // 20)
     labels = "".join(
-        f"<text x={x:.1f} y={height - 8} text-anchor=middle>{i + 1}</text>" for i, (x, _) in enumerate(points)
+        f"<text x={x:.1f} y={height - 8} text-anchor=middle>{step}</text>"
+        for i, ((x, _), (step, _)) in enumerate(zip(points, series, strict=True))
+        if i % every == 0
     )
     return (
         f"<svg width={width} height={height} role=img aria-label='graph nodes per step'>"
@@ -85,30 +89,32 @@ def _heatmap(steps: list[dict[str, object]]) -> str:
         return "<p class=note>No gradients were recorded.</p>"
     values = [v for step in norms for v in step.values() if isinstance(v, (int, float)) and v > 0]
     low, high = (math.log10(min(values)), math.log10(max(values))) if values else (0.0, 1.0)
-    cell, label = 28, 260
-    rows = []
+    width, height, label = max(4, min(28, 840 // len(norms))), 28, 260
+    every = max(1, 40 // width)  # label every column when they are wide, fewer when narrow
+    cells = []
     for row, name in enumerate(names):
-        y = 20 + row * cell
-        rows.append(f"<text x={label - 6} y={y + cell / 2 + 4} text-anchor=end>{escape(name[-40:])}</text>")
+        y = 20 + row * height
+        cells.append(f"<text x={label - 6} y={y + height / 2 + 4} text-anchor=end>{escape(name[-40:])}</text>")
         for column, step in enumerate(norms):
-            if name not in step:
-                continue
-            rows.append(_cell(label + column * cell, y, cell, step[name], low, high))
+            if name in step:
+                cells.append(_cell(label + column * width, y, (width, height), step[name], (low, high)))
     header = "".join(
-        f"<text x={label + c * cell + cell / 2} y=14 text-anchor=middle>{c + 1}</text>" for c in range(len(norms))
+        f"<text x={label + c * width + width / 2} y=14 text-anchor=middle>{s.get('step', c + 1)}</text>"
+        for c, s in enumerate(steps)
+        if c % every == 0
     )
-    width, height = label + cell * len(norms) + 10, 30 + cell * len(names)
-    return f"<svg width={width} height={height} role=img aria-label='gradient norms'>{header}{''.join(rows)}</svg>"
+    size = f"width={label + width * len(norms) + 10} height={30 + height * len(names)}"
+    return f"<svg {size} role=img aria-label='gradient norms'>{header}{''.join(cells)}</svg>"
 
 
-def _cell(x: int, y: int, size: int, value: object, low: float, high: float) -> str:
+def _cell(x: int, y: int, size: tuple[int, int], value: object, scale: tuple[float, float]) -> str:
+    box = f"x={x} y={y} width={max(size[0] - 2, 1)} height={size[1] - 2}"
     if not isinstance(value, (int, float)):
-        return (
-            f"<rect x={x} y={y} width={size - 2} height={size - 2} fill=none stroke='#bbb'><title>None</title></rect>"
-        )
+        return f"<rect {box} fill=none stroke='#bbb'><title>None</title></rect>"
+    low, high = scale
     if value <= 0:
         color = "#000"
     else:
         share = (math.log10(value) - low) / (high - low) if high > low else 0.5
         color = f"hsl(210,80%,{int(85 - 60 * share)}%)"
-    return f"<rect x={x} y={y} width={size - 2} height={size - 2} fill='{color}'><title>{value:.3g}</title></rect>"
+    return f"<rect {box} fill='{color}'><title>{value:.3g}</title></rect>"
