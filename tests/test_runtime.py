@@ -26,14 +26,19 @@ from click.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from gradlint.cli import main  # noqa: E402  (after the skip: these tests need torch)
+from gradlint.rule import Diagnostic  # noqa: E402
 from gradlint.runtime import command  # noqa: E402
+from gradlint.runtime.errors import candidate_codes, default_code  # noqa: E402
 from gradlint.runtime.events import EventWriter  # noqa: E402
+from gradlint.runtime.report import build_report  # noqa: E402
+from gradlint.runtime.runner import TraceRun  # noqa: E402
 from gradlint.runtime.tracer import Tracer  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = ROOT / "fixtures" / "runtime"
 MARKER = re.compile(r"#\s*trace(?P<kind>-not-reached)?:\s*(?P<codes>GL\d{3}(?:\s*,\s*GL\d{3})*)")
 OPTIONS = re.compile(r"#\s*trace-options:\s*(?P<options>.*)")
+LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 RULE_FIXTURES = sorted(path.name for path in FIXTURES.glob("gl*.py"))
 
 
@@ -228,3 +233,53 @@ def test_every_patch_is_restored(tmp_path: Path) -> None:
     model(torch.ones(1, 2)).sum().backward()
     optimizer.step()  # the global optimizer hooks are gone too: no StopTrace, no events
     assert tracer.steps == 0
+
+
+def test_statuses_from_events_alone() -> None:
+    script = str((FIXTURES / "gl001_bug.py").resolve())
+
+    def finding(line: int, code: str) -> Diagnostic:
+        return Diagnostic("train.py", line, 1, code, end_line=line, end_column=9, name="n", message="m")
+
+    run = TraceRun(
+        events=[
+            {"kind": "finding", "code": "GL001", "line": 18, "path": script, "message": "seen"},
+            {"kind": "finding", "code": "GL006", "line": 7, "path": script, "message": "dead"},
+            {"kind": "coverage", "lines": [18, 20]},
+            {"kind": "end", "reason": "steps", "detail": "", "steps": 3},
+        ],
+        reason="steps",
+    )
+    static = [finding(18, "GL001"), finding(20, "GL002"), finding(30, "GL001")]
+    report = build_report(str(FIXTURES / "gl001_bug.py"), static, run)
+    statuses = [(f.diagnostic.line, f.diagnostic.code, f.status) for f in report.findings]
+    assert statuses == [
+        (7, "GL006", "runtime-only"),
+        (18, "GL001", "confirmed"),
+        (20, "GL002", "not-reproduced"),
+        (30, "GL001", "not-reached"),
+    ]
+    assert report.exit_code() == 1
+    crashed = build_report(str(FIXTURES / "gl001_bug.py"), static, TraceRun(reason="crashed"))
+    assert {f.status for f in crashed.findings} == {"not-traced"}
+    assert crashed.exit_code() == 2
+
+
+@pytest.mark.parametrize(
+    ("message", "line", "grad_enabled", "code"),
+    [
+        (
+            "a leaf Variable that requires grad is being used in an in-place operation.",
+            "w -= lr * w.grad",
+            True,
+            "GL003",
+        ),
+        ("a leaf Variable that requires grad is being used in an in-place operation.", "x.add_(1)", True, "GL004"),
+        ("element 0 of tensors does not require grad and does not have a grad_fn", "loss.backward()", False, "GL013"),
+        ("element 0 of tensors does not require grad and does not have a grad_fn", "loss.backward()", True, "GL006"),
+        ("Trying to backward through the graph a second time", "loss.backward()", True, "GL008"),
+    ],
+)
+def test_autograd_errors_map_to_rules(message: str, line: str, grad_enabled: bool, code: str) -> None:
+    assert default_code(candidate_codes(message), line, grad_enabled) == code
+    assert candidate_codes("CUDA out of memory") == ()
