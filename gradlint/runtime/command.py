@@ -37,7 +37,7 @@ def run_trace(
         return EXIT_ERROR
     static = lint_file(target.script, config)
     run = run_traced(target, static, steps, timeout, quiet)
-    report = build_report(str(target.script), static, run)
+    report = build_report(str(target.script), static, run, lambda code: config.is_enabled(code, str(target.script)))
     click.echo(report.as_json() if output_format == "json" else report.as_text(), nl=False)
     click.echo(report.summary(), err=True)
     if html is not None:

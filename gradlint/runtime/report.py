@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,10 +104,12 @@ class TraceReport:
 _STATUSES = (CONFIRMED, NOT_REPRODUCED, NOT_REACHED, RUNTIME_ONLY)
 
 
-def build_report(path: str, static: list[Diagnostic], run: TraceRun) -> TraceReport:
-    """Give each static finding its status and add what only the run found."""
+def build_report(
+    path: str, static: list[Diagnostic], run: TraceRun, enabled: Callable[[str], bool] = lambda code: True
+) -> TraceReport:
+    """Give each static finding its status and add what only the run found (of the `enabled` codes)."""
     script = str(Path(path).resolve())
-    observed = [event for event in run.of_kind("finding")]
+    observed = run.of_kind("finding")
     reached = {int(line) for event in run.of_kind("coverage") for line in event["lines"]}  # type: ignore[attr-defined]
     used: set[int] = set()
     findings = []
@@ -128,7 +131,7 @@ def build_report(path: str, static: list[Diagnostic], run: TraceRun) -> TraceRep
             status = NOT_REPRODUCED if reached.intersection(span) else NOT_REACHED
             findings.append(TracedFinding(diagnostic, status, None))
     for index, event in enumerate(observed):
-        if index not in used:
+        if index not in used and enabled(str(event["code"])):
             findings.append(_runtime_only(event, path if event["path"] == script else str(event["path"])))
     return TraceReport(path, sorted(findings, key=lambda f: f.diagnostic), run)
 
