@@ -5,9 +5,15 @@ from __future__ import annotations
 import math
 from html import escape
 
-from gradlint.runtime.report import CONFIRMED, NOT_REACHED, NOT_REPRODUCED, RUNTIME_ONLY, TraceReport
+from gradlint.runtime.report import CONFIRMED, NOT_CHECKED, NOT_REACHED, NOT_REPRODUCED, RUNTIME_ONLY, TraceReport
 
-_COLORS = {CONFIRMED: "#c62828", RUNTIME_ONLY: "#ad1457", NOT_REPRODUCED: "#2e7d32", NOT_REACHED: "#757575"}
+_COLORS = {
+    CONFIRMED: "#c62828",
+    RUNTIME_ONLY: "#ad1457",
+    NOT_REPRODUCED: "#2e7d32",
+    NOT_REACHED: "#757575",
+    NOT_CHECKED: "#8d6e63",
+}
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:4px 8px;text-align:left;

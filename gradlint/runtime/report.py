@@ -17,6 +17,10 @@ NOT_REPRODUCED = "not-reproduced"
 NOT_REACHED = "not-reached"
 RUNTIME_ONLY = "runtime-only"
 NOT_TRACED = "not-traced"  # GL000/GL999: about gradlint reading the file, nothing to observe
+NOT_CHECKED = "not-checked"  # the line ran, but the tracer has no check for this rule
+# The rules the tracer observes (tracer.py); a finding of another rule whose line ran is
+# NOT_CHECKED, never "not reproduced".
+CHECKED_CODES = frozenset({f"GL{n:03d}" for n in (*range(1, 9), *range(10, 16))})
 
 _REASONS = {
     "steps": "stopped after the requested number of optimizer steps",
@@ -101,7 +105,7 @@ class TraceReport:
         return "".join(lines)
 
 
-_STATUSES = (CONFIRMED, NOT_REPRODUCED, NOT_REACHED, RUNTIME_ONLY)
+_STATUSES = (CONFIRMED, NOT_REPRODUCED, NOT_REACHED, RUNTIME_ONLY, NOT_CHECKED)
 
 
 def build_report(
@@ -128,7 +132,8 @@ def build_report(
             evidence = "; ".join(str(observed[index]["message"]) for index in matches)
             findings.append(TracedFinding(diagnostic, CONFIRMED, evidence))
         else:
-            status = NOT_REPRODUCED if reached.intersection(span) else NOT_REACHED
+            checked = NOT_REPRODUCED if diagnostic.code in CHECKED_CODES else NOT_CHECKED
+            status = checked if reached.intersection(span) else NOT_REACHED
             findings.append(TracedFinding(diagnostic, status, None))
     for index, event in enumerate(observed):
         if index not in used and enabled(str(event["code"])):
