@@ -156,3 +156,21 @@ def test_saved_for_backward(body: str, text: str, saved: bool) -> None:
 def test_callers_grad_mode(body: str, text: str, with_grad: bool) -> None:
     analysis = analysis_of(body)
     assert analysis.callers.with_grad(statement(analysis, text)) is with_grad
+
+
+def test_helper_called_from_a_class_header_or_decorator() -> None:
+    # Regression: a call site outside any statement (torch/_inductor registers classes this way).
+    body = """
+    def register(params):
+        for p in params:
+            p.add_(1)
+        return lambda cls: cls
+
+    @register(model.parameters())
+    class Decorated(nn.Module):
+        pass
+
+    class Based(register(model.parameters())):
+        pass
+    """
+    assert target_is_leaf(body, "p.add_(1)")

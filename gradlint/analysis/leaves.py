@@ -93,7 +93,10 @@ class Leaves:
         if key is None:
             return Held.OTHER
         bindings = self.bindings()
-        scope = self.collected.contexts[at].scope
+        context = self.collected.contexts.get(at)
+        if context is None:
+            return Held.OTHER  # Ex) a call in a class header or decorator: no statement context
+        scope = context.scope
         order = self.collected.order.get(at, 0)
         local = [binding for binding in bindings.get((scope, key), []) if binding[0] < order]
         if local:
@@ -136,7 +139,7 @@ class Leaves:
         for site in self.callers.call_sites(function):
             argument = _argument(site, index, name)
             if argument is not None:
-                held = self.held(argument, self.collected.statement_of.get(site, site))
+                held = self.held(argument, site)
                 if held is not Held.OTHER:
                     return held
         return Held.OTHER
