@@ -283,3 +283,25 @@ def test_statuses_from_events_alone() -> None:
 def test_autograd_errors_map_to_rules(message: str, line: str, grad_enabled: bool, code: str) -> None:
     assert default_code(candidate_codes(message), line, grad_enabled) == code
     assert candidate_codes("CUDA out of memory") == ()
+
+
+def test_a_failing_check_is_reported_and_the_script_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: Tracer, *args: object) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(Tracer, "_update_ledger", broken)
+    events = tmp_path / "events"
+    tracer = Tracer(str(tmp_path / "script.py"), [], 3, EventWriter(str(events)))
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    tracer.install()
+    try:
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+    finally:
+        tracer.uninstall()
+    assert model.weight.grad is not None and tracer.steps == 1
+    run = TraceRun(events=[json.loads(line) for line in events.read_text().splitlines()], reason="finished")
+    report = build_report(str(tmp_path / "script.py"), [], run)
+    assert "internal error in the tracer (_after_backward: ValueError: boom)" in report.summary()
+    assert report.exit_code() == 2

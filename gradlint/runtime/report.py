@@ -58,7 +58,7 @@ class TraceReport:
 
     def exit_code(self) -> int:
         """2 when the trace itself failed, 1 when something was confirmed, found or raised, else 0."""
-        if self.run.reason in ("crashed", "no-torch"):
+        if self.run.reason in ("crashed", "no-torch") or self.run.of_kind("internal-error"):
             return 2
         found = any(f.status in (CONFIRMED, RUNTIME_ONLY) for f in self.findings)
         return 1 if found or self.exception is not None else 0
@@ -73,6 +73,10 @@ class TraceReport:
             f"{_REASONS.get(self.run.reason, self.run.reason)}{': ' + self.run.detail if self.run.detail else ''}.",
             ", ".join(f"{counts[s]} {s.replace('-', ' ')}" for s in _STATUSES) + ".",
         ]
+        for error in self.run.of_kind("internal-error"):
+            lines.append(
+                f"gradlint: internal error in the tracer ({error['where']}: {error['message']}), please report"
+            )
         if self.exception is not None:
             where = f"{self._display(str(self.exception['path']))}:{self.exception['line']}"
             lines.append(f"The script raised {self.exception['type']} at {where}: {self.exception['message']}")

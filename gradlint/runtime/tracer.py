@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 import torch.nn.utils.clip_grad
@@ -43,6 +43,24 @@ _EVERY_STEP_UNTIL, _THEN_EVERY = 32, 32
 
 def _sampled(count: int) -> bool:
     return count < _EVERY_STEP_UNTIL or count % _THEN_EVERY == 0
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _guarded(method: Callable[Concatenate[Tracer, P], R]) -> Callable[Concatenate[Tracer, P], R | None]:
+    """An observation whose failure (a gradlint bug) is reported, never raised into the script."""
+
+    @functools.wraps(method)
+    def run(tracer: Tracer, /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            return method(tracer, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001  (StopTrace is a BaseException and passes)
+            tracer.internal_error(method.__name__, error)
+            return None
+
+    return run
 
 
 class StopTrace(BaseException):
@@ -106,6 +124,7 @@ class Tracer:
         self._norms: dict[str, float | None] = {}
         self._last_backward_line = 0
         self._covered = 0  # lines in the last coverage event
+        self._failed: set[str] = set()
 
     # -- installing -----------------------------------------------------------------
 
@@ -191,6 +210,12 @@ class Tracer:
         self._reported.add((code, line))
         self.events.emit("finding", code=code, line=line, path=path or self.script, message=message)
 
+    def internal_error(self, where: str, error: Exception) -> None:
+        """Record a failure of the tracer itself, once per place; the script goes on."""
+        if where not in self._failed:
+            self._failed.add(where)
+            self.events.emit("internal-error", where=where, message=f"{type(error).__name__}: {error}")
+
     # -- backward -----------------------------------------------------------------------
 
     def _tensor_backward(self, original: Callable[..., Any], tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -216,7 +241,7 @@ class Tracer:
         grad_enabled = torch.is_grad_enabled()
         self._depth += 1
         try:
-            before = self._before_backward(roots, line, accumulates)
+            before = self._before_backward(roots, line, accumulates) or {}
             try:
                 result = call()
             except RuntimeError as error:
@@ -227,6 +252,7 @@ class Tracer:
         finally:
             self._depth -= 1
 
+    @_guarded
     def _before_backward(self, roots: list[torch.Tensor], line: int, accumulates: bool) -> dict[int, Any]:
         self._use_retained(roots, line)
         if not accumulates:
@@ -238,6 +264,7 @@ class Tracer:
                 )
         return {id(p): (p, p.grad, _version(p.grad)) for p in self._params()}
 
+    @_guarded
     def _after_backward(
         self, roots: list[torch.Tensor], retain: bool, line: int, before: dict[int, Any], accumulates: bool
     ) -> None:
@@ -301,6 +328,7 @@ class Tracer:
             if not self._retained:
                 return
 
+    @_guarded
     def _report_error(self, error: BaseException, line: int, path: str, grad_enabled: bool) -> None:
         """Map a gradient-related exception to its rule: a static finding on the line, one that ran, or a default."""
         codes = candidate_codes(str(error))
@@ -416,6 +444,12 @@ class Tracer:
             result = original(optimizer, *a, **k)
         finally:
             self._depth -= 1
+        self._register(optimizer)
+        return result
+
+    @_guarded
+    def _register(self, optimizer: torch.optim.Optimizer) -> None:
+        """Track a new optimizer; GL014 when the line built one before that made a single step."""
         self._optimizers.append(weakref.ref(optimizer))
         line = self._line()
         previous = self._built_at.get(line)
@@ -429,8 +463,8 @@ class Tracer:
             )
         if line:
             self._built_at[line] = weakref.ref(optimizer)
-        return result
 
+    @_guarded
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._depth or os.getpid() != self.pid:
             return
@@ -509,6 +543,7 @@ class Tracer:
                     shown = ", ".join(dead[:3]) + (", ..." if len(dead) > 3 else "")
                     self.report("GL006", hint.line, f"{evidence}{len(dead)} parameter(s) got no gradient: {shown}")
 
+    @_guarded
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._depth or os.getpid() != self.pid:
             return
@@ -553,6 +588,7 @@ class Tracer:
         self._clear(list(module.parameters()))
         return original(module, *a, **k)
 
+    @_guarded
     def _clear(self, params: list[torch.Tensor]) -> None:
         line = self._line()
         for param in params:
@@ -562,8 +598,13 @@ class Tracer:
                 self._discarded[id(param)] = (line, backward_line)
 
     def _clip(self, original: Callable[..., Any], parameters: Any, *args: Any, **kwargs: Any) -> Any:
-        """GL007: clipping None or already-applied gradients, or gradients still scaled by a GradScaler."""
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        self._check_clip(params)
+        return original(params, *args, **kwargs)
+
+    @_guarded
+    def _check_clip(self, params: list[torch.Tensor]) -> None:
+        """GL007: clipping None or already-applied gradients, or gradients still scaled by a GradScaler."""
         line = self._line()
         grads = [(id(p), p.grad) for p in params if p.grad is not None]
         if params and not grads:
@@ -576,7 +617,6 @@ class Tracer:
                 f"clipping gradients that optimizer.step() (line {step_line}) already applied: it changes no update",
             )
         self._check_scaled(params, line)
-        return original(params, *args, **kwargs)
 
     def _check_scaled(self, params: list[torch.Tensor], line: int) -> None:
         if not self._scalers:
@@ -608,18 +648,24 @@ class Tracer:
     # -- late retain_grad (GL015) ------------------------------------------------------
 
     def _retain_grad(self, original: Callable[..., Any], tensor: torch.Tensor) -> Any:
-        target = tensor.grad_fn
-        if target is not None:
-            for root, step, backward_line in self._roots:
-                if step == self.steps and any(node is target for node in nodes(root)):
-                    self.report(
-                        "GL015",
-                        self._line(),
-                        f"retain_grad() after the backward at line {backward_line} already ran through this "
-                        "tensor: its .grad stays None",
-                    )
-                    break
+        self._check_late_retain(tensor)
         return original(tensor)
+
+    @_guarded
+    def _check_late_retain(self, tensor: torch.Tensor) -> None:
+        """GL015: retain_grad() on a tensor this step's backward already ran through."""
+        target = tensor.grad_fn
+        if target is None:
+            return
+        for root, step, backward_line in self._roots:
+            if step == self.steps and any(node is target for node in nodes(root)):
+                self.report(
+                    "GL015",
+                    self._line(),
+                    f"retain_grad() after the backward at line {backward_line} already ran through this "
+                    "tensor: its .grad stays None",
+                )
+                return
 
     def finish(self) -> None:
         """Report what is still pending when the script ends: leaks whose growing line never ran again."""
