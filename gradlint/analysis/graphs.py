@@ -147,6 +147,30 @@ class Graphs:
         for arg in call.args:
             yield from self.operands(arg.value)
 
+    def tensors_of(self, expression: cst.BaseExpression) -> Iterator[cst.Name | cst.Attribute]:
+        """The named tensors `expression` is plain tensor arithmetic on: `out` in `out[0].sum() / n`.
+
+        Calls of functions, layers and models (`criterion(model(x), y)`) are not followed.
+        """
+        if isinstance(expression, (cst.Name, cst.Attribute)) and dotted_name(expression) is not None:
+            yield expression
+        elif isinstance(expression, cst.Subscript):
+            yield from self.tensors_of(expression.value)
+        elif isinstance(expression, cst.UnaryOperation):
+            yield from self.tensors_of(expression.expression)
+        elif isinstance(expression, cst.BinaryOperation):
+            yield from self.tensors_of(expression.left)
+            yield from self.tensors_of(expression.right)
+        elif isinstance(expression, (cst.List, cst.Tuple)):
+            for element in expression.elements:
+                yield from self.tensors_of(element.value)
+        elif (
+            isinstance(expression, cst.Call)
+            and isinstance(expression.func, cst.Attribute)
+            and not self._is_namespace(expression.func.value)
+        ):
+            yield from self.tensors_of(expression.func.value)  # a tensor method: out.sum()
+
     def _is_namespace(self, node: cst.BaseExpression) -> bool:
         # torch.exp(x), F.relu(x), self.fc(x), model(x): the callee's owner is no operand
         key = dotted_name(node)

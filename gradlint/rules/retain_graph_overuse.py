@@ -122,6 +122,11 @@ class RetainGraphOveruse(Rule):
         if event.node is not event.site or event.value is None or not isinstance(event.node, cst.Call):
             return False
         analysis = self.analysis
+        bound = _bound_in(loop, analysis.statements_in(loop))
+        # Ex) for out in outputs: out.sum().backward(retain_graph=True)  /  f.backward(...) with f from outside
+        tensors = {dotted_name(tensor) for tensor in analysis.graphs.tensors_of(event.value)}
+        if tensors & _targets(loop) or any(not _is_bound(tensor, bound) for tensor in tensors):
+            return True
         statement = analysis.statement_of(event.node)
         for definition in analysis.graphs.sources(event.value, statement).values():
             if isinstance(definition, (cst.Assign, cst.AnnAssign)) and definition.value is not None:
@@ -154,6 +159,34 @@ def _backpropagates(event: Event, functions: set[str]) -> bool:
         argument = event.node.args[0].value
         return not (isinstance(argument, cst.Name) and argument.value in functions)
     return event.kind in BACKPROPAGATING
+
+
+def _targets(loop: Loop) -> set[str | None]:
+    if not isinstance(loop, cst.For):
+        return set()
+    return {dotted_name(node) for node in _target_names(loop.target)}
+
+
+def _bound_in(loop: Loop, statements: list[cst.BaseSmallStatement]) -> set[str | None]:
+    """Every name a statement of `loop` (or a nested loop's target) binds."""
+    bound = _targets(loop)
+    for statement in statements:
+        if isinstance(statement, cst.Assign):
+            bound.update(dotted_name(node) for target in statement.targets for node in _target_names(target.target))
+        elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
+            bound.add(dotted_name(statement.target))
+    return bound
+
+
+def _is_bound(key: str | None, bound: set[str | None]) -> bool:
+    # outputs.loss is bound when `outputs` is
+    return key is None or any(name is not None and (key == name or key.startswith(name + ".")) for name in bound)
+
+
+def _target_names(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [node for element in target.elements for node in _target_names(element.value)]
+    return [target]
 
 
 def _handed_on(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
