@@ -125,7 +125,7 @@ class RetainGraphOveruse(Rule):
         bound = _bound_in(loop, analysis.statements_in(loop))
         # Ex) for out in outputs: out.sum().backward(retain_graph=True)  /  f.backward(...) with f from outside
         tensors = {dotted_name(tensor) for tensor in analysis.graphs.tensors_of(event.value)}
-        if tensors & _targets(loop) or any(not _is_bound(tensor, bound) for tensor in tensors):
+        if tensors & _targets(loop) or (tensors and not any(_is_bound(tensor, bound) for tensor in tensors)):
             return True
         statement = analysis.statement_of(event.node)
         for definition in analysis.graphs.sources(event.value, statement).values():
