@@ -25,6 +25,7 @@ import torch.nn.utils.clip_grad
 from torch.amp.grad_scaler import GradScaler
 from torch.autograd.graph import Node
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils.hooks import RemovableHandle
 
 from gradlint.runtime.errors import candidate_codes, default_code
 from gradlint.runtime.events import EventWriter
@@ -125,6 +126,9 @@ class Tracer:
         self._last_backward_line = 0
         self._covered = 0  # lines in the last coverage event
         self._failed: set[str] = set()
+        self._evaluating: dict[int, RemovableHandle] = {}  # modules put in eval mode -> their forward hook
+        self._eval_graphs: dict[int, int] = {}  # line -> model calls in eval mode that recorded a graph
+        self._eval_backward = False
 
     # -- installing -----------------------------------------------------------------
 
@@ -137,6 +141,7 @@ class Tracer:
         self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init)
         self._patch(torch.optim.Optimizer, "zero_grad", self._optimizer_zero_grad)
         self._patch(torch.nn.Module, "zero_grad", self._module_zero_grad)
+        self._patch(torch.nn.Module, "train", self._module_train)
         for name in ("scale", "unscale_", "update"):
             self._patch(GradScaler, name, getattr(self, f"_scaler_{name.strip('_')}"))
         for module in (torch.nn.utils, torch.nn.utils.clip_grad):
@@ -248,6 +253,7 @@ class Tracer:
                 self._report_error(error, line, path, grad_enabled)
                 raise
             self._after_backward(roots, retain, line, before, accumulates)
+            self._eval_backward = bool(self._evaluating)
             return result
         finally:
             self._depth -= 1
@@ -667,11 +673,51 @@ class Tracer:
                 )
                 return
 
+    # -- evaluation with gradients on (GL009) --------------------------------------------
+
+    def _module_train(self, original: Callable[..., Any], module: torch.nn.Module, mode: bool = True) -> Any:
+        self._depth += 1  # train() recurses into the children: only the outer call counts
+        try:
+            result = original(module, mode)
+        finally:
+            self._depth -= 1
+        self._switch_mode(module, mode)
+        return result
+
+    @_guarded
+    def _switch_mode(self, module: torch.nn.Module, training: bool) -> None:
+        if not training and id(module) not in self._evaluating:
+            self._evaluating[id(module)] = module.register_forward_hook(self._eval_forward)
+        elif training and id(module) in self._evaluating:
+            self._evaluating.pop(id(module)).remove()
+            if not self._evaluating:
+                self._judge_evaluation()
+
+    @_guarded
+    def _eval_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.is_grad_enabled() and not module.training and any(t.grad_fn is not None for t in _tensors(output)):
+            line = self._line()
+            self._eval_graphs[line] = self._eval_graphs.get(line, 0) + 1
+
+    def _judge_evaluation(self) -> None:
+        """GL009: model calls in eval mode recorded graphs, and no backward used any while evaluating."""
+        if not self._eval_backward:
+            for line, count in self._eval_graphs.items():
+                self.report(
+                    "GL009",
+                    line,
+                    f"{count} call(s) in eval mode with gradients on recorded autograd graphs no backward used",
+                )
+        self._eval_graphs.clear()
+        self._eval_backward = False
+
     def finish(self) -> None:
-        """Report what is still pending when the script ends: leaks whose growing line never ran again."""
+        """Report what is still pending when the script ends: leaks, an evaluation that never switched back."""
         for line, evidence in self._leaks.values():
             self.report("GL001", line, evidence)
         self._leaks.clear()
+        if self._evaluating:
+            self._judge_evaluation()
         self.events.emit("coverage", lines=sorted(self.lines.hits))
 
 
