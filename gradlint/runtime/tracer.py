@@ -22,7 +22,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 import torch.nn.utils.clip_grad
-from torch.amp.grad_scaler import GradScaler
+
+try:
+    from torch.amp.grad_scaler import GradScaler
+except ImportError:  # torch < 2.3 has it under torch.cuda.amp only
+    from torch.cuda.amp import GradScaler  # type: ignore[assignment]  # the same class, older home
 from torch.autograd.graph import Node
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.hooks import RemovableHandle
