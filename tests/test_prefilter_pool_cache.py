@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -194,6 +195,7 @@ def test_internal_error_is_isolated_to_its_rule_and_never_cached(project: Path, 
     assert len(lint_calls) == 12  # the failures were not remembered; the syntax error was
 
 
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
 def test_internal_error_in_a_worker_exits_2(project: Path) -> None:
     from click.testing import CliRunner
 
