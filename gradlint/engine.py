@@ -280,7 +280,7 @@ def _bracket_depth(data: bytes) -> int:
                 deepest = max(deepest, depth)
             elif token.type == tokenize.OP and token.string in (")", "]", "}"):
                 depth -= 1
-    except (tokenize.TokenError, SyntaxError):
+    except (tokenize.TokenError, SyntaxError, ValueError):  # ValueError: bytes the encoding cannot decode
         pass  # a broken file: the depth reached before the error stands
     return deepest
 

@@ -174,6 +174,14 @@ def test_mutated_fixtures_end_in_diagnostics_or_gl000(fixture: Path, mutations: 
     assert all(d.line >= 1 and d.column >= 1 and d.code.startswith("GL") for d in diagnostics)
 
 
+@fuzz(200)
+@given(st.sampled_from(FIXTURES), st.integers(0, 100_000), st.binary(min_size=1, max_size=64))
+def test_fixtures_with_bytes_spliced_in_never_crash(fixture: Path, position: int, garbage: bytes) -> None:
+    data = fixture.read_bytes()
+    position %= len(data) + 1
+    lint_everything(data[:position] + garbage + data[position:])
+
+
 def test_mutations_change_the_source() -> None:
     source = "a = 1\nb = f(a)\n"
     assert mutate(source, "delete_line", 0, 0) == "b = f(a)\n"

@@ -170,6 +170,12 @@ def test_deep_indentation_is_a_syntax_error() -> None:
     assert code == 1 and out.startswith("deep.py:") and "GL000 syntax error" in out
 
 
+def test_many_brackets_and_undecodable_bytes() -> None:
+    Path("bad.py").write_bytes(STEP.encode() + b"s = '" + b"(" * 200 + b"'\n\xff\n")
+    code, out = run("bad.py")
+    assert code == 1 and "GL000 cannot parse: 'utf-8' codec can't decode byte 0xff" in out
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     Path("strings.py").write_text(STEP + "s = '" + "(" * 1000 + "'\n")
     code, out = run("strings.py")
