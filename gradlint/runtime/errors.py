@@ -17,6 +17,11 @@ _AUTOGRAD_ERRORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# Rules whose static findings are confirmed by a line having run in the current backward
+# or step (an error raised later, dead gradients), so the tracer keeps watching those lines.
+RECENCY_CODES = frozenset({"GL006", *(code for _, codes in _AUTOGRAD_ERRORS for code in codes)})
+
+
 def candidate_codes(message: str) -> tuple[str, ...]:
     """The rules whose bug raises an exception with this message, most likely first."""
     lowered = message.lower()

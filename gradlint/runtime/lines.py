@@ -57,13 +57,14 @@ class LineTracker:
     static finding's lines must be watched, or once a name is watched.
     """
 
-    def __init__(self, script: str, interesting: set[int]) -> None:
+    def __init__(self, script: str, interesting: set[int], recent: set[int]) -> None:
         self.script = script
         self.interesting = interesting
+        self.recent = recent  # lines whose last run matters, not only whether they ran
         self.hits: dict[int, tuple[int, int]] = {}  # line -> (backward count, step count) when it last ran
         self.stamp = (0, 0)
         self.watches: list[Watch] = []
-        self._wanted: dict[CodeType, bool] = {}
+        self._pending: dict[CodeType, set[int]] = {}  # per code object: lines still to see (or always, if recent)
         self._previous: Callable[..., Any] | None = None
         self._installed = False
 
@@ -83,6 +84,7 @@ class LineTracker:
         self.watches.append(watch)
         self._start()
         watch.frame.f_trace = self._local
+        watch.frame.f_trace_lines = True
 
     def _start(self) -> None:
         if not self._installed:
@@ -106,21 +108,31 @@ class LineTracker:
         code = frame.f_code
         if code.co_filename != self.script:
             return None
-        wanted = self._wanted.get(code)
-        if wanted is None:
-            wanted = self._wanted[code] = any(line in self.interesting for _, _, line in code.co_lines())
-        return self._local if wanted or self.watches else None
+        pending = self._pending.get(code)
+        if pending is None:
+            pending = self._pending[code] = {line for _, _, line in code.co_lines() if line in self.interesting}
+        return self._local if pending or self.watches else None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
         if event == "line":
             line = frame.f_lineno
             if line in self.interesting:
                 self.hits[line] = self.stamp
+                self._seen(frame, line)
             if self.watches:
                 self._check(frame, line)
         elif event == "return" and self.watches:
             self._check(frame, None)
         return self._local
+
+    def _seen(self, frame: FrameType, line: int) -> None:
+        """Stop line events in a frame once all its lines of interest ran and none needs its last run."""
+        pending = self._pending.get(frame.f_code)
+        if pending is None or line in self.recent:
+            return
+        pending.discard(line)
+        if not pending and not any(watch.frame is frame for watch in self.watches):
+            frame.f_trace_lines = False
 
     def _check(self, frame: FrameType, line: int | None) -> None:
         for watch in [watch for watch in self.watches if watch.frame is frame]:

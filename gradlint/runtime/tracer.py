@@ -31,7 +31,7 @@ from torch.autograd.graph import Node
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.hooks import RemovableHandle
 
-from gradlint.runtime.errors import candidate_codes, default_code
+from gradlint.runtime.errors import RECENCY_CODES, candidate_codes, default_code
 from gradlint.runtime.events import EventWriter
 from gradlint.runtime.graph import grad_tensors, is_accumulate, nodes
 from gradlint.runtime.lines import LineTracker, Watch
@@ -102,7 +102,11 @@ class Tracer:
         self.hints = hints
         self.max_steps = max_steps
         self.events = events
-        self.lines = LineTracker(script, {n for h in hints for n in range(h.line, h.end_line + 1)})
+        self.lines = LineTracker(
+            script,
+            {n for h in hints for n in range(h.line, h.end_line + 1)},
+            {n for h in hints if h.code in RECENCY_CODES for n in range(h.line, h.end_line + 1)},
+        )
         self.pid = os.getpid()
         self.steps = 0
         self.backwards = 0
