@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -167,7 +168,20 @@ class Exploding(Rule):
         raise ZeroDivisionError("deliberate")
 
 
-del Rule.registry[Quiet.code], Rule.registry[Exploding.code]  # registered only inside `registered`
+class Crashing(Rule):
+    """Checks for nothing, and kills its process on files that say so; registered by the tests only."""
+
+    code = "GL992"
+    name = "crashing-test-rule"
+    message = "never reported"
+    example = use_instead = ""
+    requires = (b"CRASH",)
+
+    def check_module(self) -> None:
+        os.abort()  # what a crash in LibCST's native parser, or the OOM killer, does to a worker
+
+
+del Rule.registry[Quiet.code], Rule.registry[Exploding.code], Rule.registry[Crashing.code]  # see `registered`
 
 
 @contextmanager
@@ -193,6 +207,22 @@ def test_internal_error_is_isolated_to_its_rule_and_never_cached(project: Path, 
     with registered(Exploding):
         list(lint_paths([Path(".")], with_exploding, jobs=1, cache=cache))
     assert len(lint_calls) == 12  # the failures were not remembered; the syntax error was
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
+def test_a_worker_that_dies_costs_only_its_file(project: Path) -> None:
+    (project / "crash.py").write_text(STEP + "# CRASH\n")
+    with registered(Crashing):
+        found = keys(lint_paths([Path(".")], Config(select=("GL002", Crashing.code, "GL999")), jobs=2))
+    assert (
+        "crash.py",
+        1,
+        1,
+        "GL999",
+        "internal error: the process linting this file died (out of memory?), please report",
+    ) in found
+    assert sum(code == "GL002" for _, _, _, code, _ in found) == 4  # the other files were still linted
 
 
 @pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
