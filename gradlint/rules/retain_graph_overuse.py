@@ -119,9 +119,11 @@ class RetainGraphOveruse(Rule):
 
     def _graph_built_before(self, event: Event, loop: Loop) -> bool:
         """Whether the backpropagated value comes from a graph built before `loop`."""
-        if event.node is not event.site or event.value is None or not isinstance(event.node, cst.Call):
-            return False
         analysis = self.analysis
+        if event.value is None or not isinstance(event.node, cst.Call):
+            return False
+        if analysis.context(loop).scope is not analysis.context(event.node).scope:
+            return False  # the loop is a caller's, around a helper that backpropagates
         bound = _bound_in(loop, analysis.statements_in(loop))
         # Ex) for out in outputs: out.sum().backward(retain_graph=True)  /  f.backward(...) with f from outside
         tensors = {dotted_name(tensor) for tensor in analysis.graphs.tensors_of(event.value)}
