@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 import pathspec
@@ -63,7 +64,7 @@ class Config:
             return True
         relative = _relative(Path(path), self.root)
         for pattern, codes in self.per_file_ignores:
-            if _matches(code, codes) and pathspec.GitIgnoreSpec.from_lines([pattern]).match_file(relative):
+            if _matches(code, codes) and _pattern(pattern).match_file(relative):
                 return False
         return True
 
@@ -77,6 +78,12 @@ class Config:
         config = replace(self, **given)  # type: ignore[arg-type]  # keys are checked by dataclasses.replace
         validate_codes(config)
         return config
+
+
+@cache
+def _pattern(pattern: str) -> pathspec.GitIgnoreSpec:
+    """A compiled per-file-ignores pattern: asked for every rule of every file linted."""
+    return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
 def _matches(code: str, selectors: Iterable[str]) -> bool:
