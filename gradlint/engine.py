@@ -78,9 +78,12 @@ def lint_source(
         module = cst.parse_module(data)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
         return _filter([_parse_error(path, error)], data.decode("utf-8", "replace"), config, noqa)
-    diagnostics = _run_rules(module, rules, path)
-    # Regenerating the text costs as much as a traversal: only do it when there is something to filter.
-    return _filter(diagnostics, module.code if diagnostics else "", config, noqa)
+    try:
+        diagnostics = _run_rules(module, rules, path)
+    except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
+        diagnostics = [_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
+    # The source as LibCST read it (regenerating it with `module.code` would be another traversal).
+    return _filter(diagnostics, data.decode(module.encoding, "replace"), config, noqa)
 
 
 def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
@@ -164,11 +167,11 @@ def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int) ->
     """Lint `files` in `jobs` processes; results come back in the order of `files`."""
     workers = min(jobs, len(files))
     if workers <= 1:
-        return [lint_bytes(path, data, config) for path, data in files]
+        return [_lint_guarded(path, data, config) for path, data in files]
     # Biggest files first, so that no worker is left with a large file at the end.
     order = sorted(range(len(files)), key=lambda index: -len(files[index][1]))
     with ProcessPoolExecutor(workers) as pool:
-        futures = {index: pool.submit(lint_bytes, *files[index], config) for index in order}
+        futures = {index: pool.submit(_lint_guarded, *files[index], config) for index in order}
         results: list[list[Diagnostic] | None] = [_result(futures[index]) for index in range(len(files))]
     # A worker that died (out of memory, a crash in the native parser) breaks the whole pool:
     # lint each file it took down alone, so that only the file that kills a worker says so.
@@ -182,9 +185,18 @@ def _result(future: Future[list[Diagnostic]]) -> list[Diagnostic] | None:
         return None
 
 
+def _lint_guarded(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
+    """`lint_bytes`, with anything it raises despite its promise reported, not propagated."""
+    try:
+        return lint_bytes(path, data, config)
+    except Exception as error:  # noqa: BLE001  (one file must never stop the run)
+        message = f"internal error, please report: {type(error).__name__}: {error}"
+        return [_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+
+
 def _lint_alone(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
     with ProcessPoolExecutor(1) as pool:
-        found = _result(pool.submit(lint_bytes, path, data, config))
+        found = _result(pool.submit(_lint_guarded, path, data, config))
     if found is not None:
         return found
     message = "internal error: the process linting this file died (out of memory?), please report"

@@ -163,6 +163,13 @@ def test_thousand_deep_nesting_is_refused_quickly(tmp_path: Path, opening: str) 
     assert seconds < 60
 
 
+def test_a_tree_too_deep_for_python_recursion_is_gl000(tmp_path: Path) -> None:
+    Path("chain.py").write_text(STEP + "y = " + " + ".join(["a"] * 3000) + "\n")  # no brackets, 3,000 levels
+    code, out, seconds = run_bounded(tmp_path, ".", "-j1")
+    assert (code, out) == (1, "chain.py:1:1: GL000 cannot lint: the file is nested too deeply\n")
+    assert seconds < 60
+
+
 def test_deep_indentation_is_a_syntax_error() -> None:
     lines = [STEP, *(" " * depth + "if x:\n" for depth in range(1000)), " " * 1000 + "pass\n"]
     Path("deep.py").write_text("".join(lines))
