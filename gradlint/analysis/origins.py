@@ -8,13 +8,14 @@ scope (parameters, globals read in a function) have no definition: unknown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
+from gradlint.analysis.flow import ForwardWalk
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.values import names_in
 
@@ -84,76 +85,28 @@ class Origins:
         return context.scope if context is not None else self.collected.module
 
 
-class _Walker:
+class _Walker(ForwardWalk[frozenset[Definition]]):
     """One forward pass over a scope, recording the reaching definitions before each statement."""
 
     def __init__(self, before: dict[cst.CSTNode, Reaching]) -> None:
+        super().__init__()
         self.before = before
-        self.env: dict[str, frozenset[Definition]] = {}
 
-    def walk_scope(self, scope: Scope) -> None:
-        if isinstance(scope, cst.Module):
-            self._walk(scope.body)
-        else:
-            self._block(scope.body)
-
-    def _walk(self, statements: Sequence[cst.CSTNode]) -> None:
-        for statement in statements:
-            self._statement(statement)
-
-    def _block(self, node: cst.BaseSuite | None) -> None:
-        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            self._walk(node.body)
-
-    def _statement(self, statement: cst.CSTNode) -> None:
+    def record(self, statement: cst.CSTNode) -> None:
         # A later visit (the second loop pass) merges with the first.
         previous = self.before.get(statement)
-        self.before[statement] = self.env if previous is None else _merge(previous, self.env)
-        if isinstance(statement, cst.SimpleStatementLine):
-            self._walk(statement.body)
-        elif isinstance(statement, cst.BaseSmallStatement):
-            self._apply(statement)
-        elif isinstance(statement, cst.If):
-            self._walk_if(statement)
-        elif isinstance(statement, (cst.For, cst.While)):
-            self._walk_loop(statement)
-        elif isinstance(statement, cst.With):
-            self._block(statement.body)
-        elif isinstance(statement, (cst.Try, cst.TryStar)):
-            self._walk_try(statement)
+        self.before[statement] = self.env if previous is None else self.merge(previous, self.env)
 
-    def _walk_if(self, statement: cst.If) -> None:
-        before = self.env
-        self._block(statement.body)
-        after_body, self.env = self.env, before
-        if isinstance(statement.orelse, cst.If):
-            self._statement(statement.orelse)
-        elif statement.orelse is not None:
-            self._block(statement.orelse.body)
-        self.env = _merge(after_body, self.env)
+    def enter_iteration(self, loop: cst.For | cst.While) -> None:
+        if isinstance(loop, cst.For):
+            self._bind(loop.target, Definition(loop, loop.iter, Binding.LOOP))
 
-    def _walk_loop(self, statement: cst.For | cst.While) -> None:
-        before = self.env
-        for _ in range(2):  # the second pass sees what the first carried round the loop
-            if isinstance(statement, cst.For):
-                self._bind(statement.target, Definition(statement, statement.iter, Binding.LOOP))
-            self._block(statement.body)
-            self.env = _merge(before, self.env)
-        if statement.orelse is not None:
-            self._block(statement.orelse.body)
+    def merge(self, first: Reaching, second: Reaching) -> dict[str, frozenset[Definition]]:
+        # A name bound on one path only may still hold its value from outside on the other.
+        outside = frozenset({OUTSIDE})
+        return {key: first.get(key, outside) | second.get(key, outside) for key in {*first, *second}}
 
-    def _walk_try(self, statement: cst.Try | cst.TryStar) -> None:
-        before = self.env
-        self._block(statement.body)
-        for handler in statement.handlers:
-            self.env = _merge(before, self.env)
-            self._block(handler.body)
-        if statement.orelse is not None:
-            self._block(statement.orelse.body)
-        if statement.finalbody is not None:
-            self._block(statement.finalbody.body)
-
-    def _apply(self, statement: cst.BaseSmallStatement) -> None:
+    def apply(self, statement: cst.BaseSmallStatement) -> None:
         if isinstance(statement, cst.Assign):
             for target in statement.targets:
                 self._bind(target.target, Definition(statement, statement.value, Binding.ASSIGN))
@@ -173,11 +126,5 @@ class _Walker:
             return
         # Rebinding `x` also forgets what was known about `x.attr`.
         prefix = key + "."
-        self.env = {name: defs for name, defs in self.env.items() if not name.startswith(prefix)}
-        self.env[key] = frozenset({definition})
-
-
-def _merge(first: Reaching, second: Reaching) -> dict[str, frozenset[Definition]]:
-    # A name bound on one path only may still hold its value from outside on the other.
-    outside = frozenset({OUTSIDE})
-    return {key: first.get(key, outside) | second.get(key, outside) for key in {*first, *second}}
+        kept = {name: defs for name, defs in self.env.items() if not name.startswith(prefix)}
+        self.env = {**kept, key: frozenset({definition})}

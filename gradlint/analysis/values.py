@@ -9,11 +9,12 @@ rules stay quiet.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
+from gradlint.analysis.flow import ForwardWalk
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex, Kind
@@ -82,7 +83,7 @@ class GradValues:
         scope = self._scope_of_statement(statement)
         if scope not in self._walked:
             self._walked.add(scope)
-            _Walker(self, scope, {}, record=True).walk_scope()
+            _Walker(self, scope, {}, recording=True).walk_scope(scope)
         return self._env_at.get(statement, {})
 
     def _scope_of_statement(self, statement: cst.CSTNode) -> Scope:
@@ -179,8 +180,8 @@ class GradValues:
         return always, if_args
 
     def _any_return_grad(self, function: cst.FunctionDef, initial: dict[str, bool]) -> bool:
-        walker = _Walker(self, function, initial, record=not initial)
-        walker.walk_scope()
+        walker = _Walker(self, function, initial, recording=not initial)
+        walker.walk_scope(function)
         if not initial:
             self._walked.add(function)
         return walker.returns_grad
@@ -221,74 +222,30 @@ def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
         yield from operand_names(child, modules)
 
 
-class _Walker:
-    """One forward pass over a scope's statements, merging branches and iterating loops."""
+class _Walker(ForwardWalk[bool]):
+    """One forward pass over a scope, tracking which names hold a graph."""
 
-    def __init__(self, values: GradValues, scope: Scope, initial: dict[str, bool], record: bool) -> None:
+    def __init__(self, values: GradValues, scope: Scope, initial: dict[str, bool], recording: bool) -> None:
+        super().__init__()
         self.values = values
         self.scope = scope
-        self.env: dict[str, bool] = dict(initial)
-        self.record = record
+        self.env = dict(initial)
+        self.recording = recording
         self.returns_grad = False
 
-    def walk_scope(self) -> None:
-        if isinstance(self.scope, cst.Module):
-            self.walk_block(self.scope.body)
-        else:
-            self._block(self.scope.body)
-
-    def walk_block(self, statements: Sequence[cst.CSTNode]) -> None:
-        for statement in statements:
-            self.walk_statement(statement)
-
-    def _block(self, node: cst.BaseSuite | None) -> None:
-        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            self.walk_block(node.body)
-
-    def walk_statement(self, statement: cst.CSTNode) -> None:
-        if self.record:
+    def record(self, statement: cst.CSTNode) -> None:
+        if self.recording:
             self.values._env_at[statement] = self.env
-        if isinstance(statement, cst.SimpleStatementLine):
-            self.walk_block(statement.body)
-        elif isinstance(statement, cst.BaseSmallStatement):
-            self.apply(statement)
-        elif isinstance(statement, cst.If):
-            self._walk_if(statement)
-        elif isinstance(statement, (cst.For, cst.While)):
-            self._walk_loop(statement)
-        elif isinstance(statement, cst.With):
-            self._block(statement.body)
-        elif isinstance(statement, (cst.Try, cst.TryStar)):
-            self._walk_try(statement)
 
-    def _walk_if(self, statement: cst.If) -> None:
-        before = self.env
-        self._block(statement.body)
-        after_body, self.env = self.env, before
-        if isinstance(statement.orelse, cst.If):
-            self.walk_statement(statement.orelse)
-        elif statement.orelse is not None:
-            self._block(statement.orelse.body)
-        self.env = _merge(after_body, self.env)
+    def enter_iteration(self, loop: cst.For | cst.While) -> None:
+        if isinstance(loop, cst.For):
+            self.assign(loop.target, self.values.evaluate(loop.iter, self.env, self.scope))
 
-    def _walk_loop(self, statement: cst.For | cst.While) -> None:
-        before = self.env
-        if isinstance(statement, cst.For):
-            self.assign(statement.target, self.values.evaluate(statement.iter, self.env, self.scope))
-        for _ in range(2):  # the second pass sees what the first carried round the loop
-            self._block(statement.body)
-            self.env = _merge(before, self.env)
-        if statement.orelse is not None:
-            self._block(statement.orelse.body)
-
-    def _walk_try(self, statement: cst.Try | cst.TryStar) -> None:
-        self._block(statement.body)
-        for handler in statement.handlers:
-            self._block(handler.body)
-        if statement.orelse is not None:
-            self._block(statement.orelse.body)
-        if statement.finalbody is not None:
-            self._block(statement.finalbody.body)
+    def merge(self, first: Env, second: Env) -> dict[str, bool]:
+        merged = dict(first)
+        for key, value in second.items():
+            merged[key] = merged.get(key, False) or value
+        return merged
 
     def apply(self, statement: cst.BaseSmallStatement) -> None:
         context = self.values.collected.contexts.get(statement)
@@ -353,10 +310,3 @@ class _Walker:
         key = dotted_name(target)
         if key is not None:
             self.env = {**self.env, key: grad}
-
-
-def _merge(first: Env, second: Env) -> dict[str, bool]:
-    merged = dict(first)
-    for key, value in second.items():
-        merged[key] = merged.get(key, False) or value
-    return merged
