@@ -36,7 +36,7 @@ class IntRequiresGrad(Rule):
     code = "GL010"
     name = "int-requires-grad"
     message = "an integer or bool tensor cannot require gradients; this raises at runtime"
-    requires = (b"torch",)
+    requires = ((b"requires_grad", b"Parameter"),)  # every report names one of them
     example = """
         weights = torch.tensor([1, 2, 3], requires_grad=True)
     """
