@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from gradlint.analysis import Kind, ModuleAnalysis
+from gradlint.analysis import Event, Kind, ModuleAnalysis
 from gradlint.analysis.names import dotted_name
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
@@ -141,8 +141,8 @@ class LossAccumulation(Rule):
         return key not in self._receivers[scope]
 
 
-def _backpropagates(events: tuple[object, ...]) -> bool:
-    return any(getattr(event, "kind", None) is Kind.BACKWARD for event in events)
+def _backpropagates(events: tuple[Event, ...]) -> bool:
+    return any(event.kind is Kind.BACKWARD for event in events)
 
 
 def _added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
