@@ -73,7 +73,7 @@ class Evaluation:
             self._calls.setdefault(collected.contexts[call].scope, []).append(call)
 
     def graph_building_forwards(self) -> list[cst.Call]:
-        """The first model call of each evaluation `for` loop that runs outside no_grad, in source order."""
+        """The first model call of each evaluation loop that runs outside no_grad, in source order."""
         first: dict[Loop, cst.Call] = {}
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         for scope in scopes:
@@ -157,8 +157,7 @@ class Evaluation:
         found = []
         for call in self._calls.get(region.scope, []):
             context = self.collected.contexts[call]
-            # Only `for` loops: GL009's file filter looks for "for".
-            if not any(isinstance(loop, cst.For) for loop in context.loops):
+            if not context.loops:
                 continue
             if not region.start < order[call] < region.end:
                 continue

@@ -22,7 +22,7 @@ class EvalWithoutNoGrad(Rule):
     `torch.inference_mode()`), or decorate the evaluation function with
     `@torch.no_grad()`.
 
-    Evaluation code is a `for` loop after `model.eval()` (up to the next
+    Evaluation code is a loop after `model.eval()` (up to the next
     `model.train()`), or a function that runs the model over a loader and never
     backpropagates, steps or touches an optimizer. The first model call of each loop is
     reported.
@@ -32,8 +32,7 @@ class EvalWithoutNoGrad(Rule):
     `x.requires_grad_()`, `torch.autograd.grad`) are fine and not reported.
 
     Known problems
-    A `no_grad` context entered by a caller in another module is not seen, and `while`
-    loops (autoregressive generation) are not checked.
+    A `no_grad` context entered by a caller in another module is not seen.
 
     References
     https://pytorch.org/docs/stable/generated/torch.no_grad.html
@@ -45,7 +44,7 @@ class EvalWithoutNoGrad(Rule):
         "the model runs outside torch.no_grad() in evaluation code, "
         "recording a graph that is never used and wasting memory and time"
     )
-    requires = (b"for",)
+    requires = ((b"for", b"while"),)
     example = """
         model.eval()
         for x, y in val_loader:
