@@ -96,6 +96,29 @@ class Collected:
         """The simple statements anywhere inside `loop`'s body, in order."""
         return self._statements_by_loop.get(loop, [])
 
+    def calls_in_scope(self, scope: Scope) -> list[cst.Call]:
+        """The calls whose innermost function (or the module) is `scope`, in evaluation order."""
+        return self._calls_by_scope.get(scope, [])
+
+    def calls_in_loop(self, loop: Loop) -> list[cst.Call]:
+        """The calls anywhere inside `loop`'s body, in evaluation order."""
+        return self._calls_by_loop.get(loop, [])
+
+    @cached_property
+    def _calls_by_scope(self) -> dict[Scope, list[cst.Call]]:
+        grouped: dict[Scope, list[cst.Call]] = {}
+        for call in self.calls:
+            grouped.setdefault(self.contexts[call].scope, []).append(call)
+        return grouped
+
+    @cached_property
+    def _calls_by_loop(self) -> dict[Loop, list[cst.Call]]:
+        grouped: dict[Loop, list[cst.Call]] = {}
+        for call in self.calls:
+            for loop in self.contexts[call].loops:
+                grouped.setdefault(loop, []).append(call)
+        return grouped
+
     # Indexed once: scanning every statement of the module per region is quadratic.
     @cached_property
     def _statements_by_scope(self) -> dict[Scope, list[cst.BaseSmallStatement]]:

@@ -68,9 +68,6 @@ class Evaluation:
         self.values = values
         self.callers = callers
         self.forwards = ForwardCalls(collected, roles, events)
-        self._calls: dict[Scope, list[cst.Call]] = {}
-        for call in collected.calls:
-            self._calls.setdefault(collected.contexts[call].scope, []).append(call)
 
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
@@ -88,7 +85,7 @@ class Evaluation:
 
     def regions(self, scope: Scope) -> list[Region]:
         """The evaluation regions of one scope."""
-        calls = self._calls.get(scope, [])
+        calls = self.collected.calls_in_scope(scope)
         order = self.collected.order
         found = []
         for call in calls:
@@ -134,7 +131,7 @@ class Evaluation:
         names: list[cst.BaseExpression] = [
             param.name for param in (*params.posonly_params, *params.params, *params.kwonly_params)
         ]
-        for call in self._calls.get(function, []):
+        for call in self.collected.calls_in_scope(function):
             names.extend(arg.value for arg in call.args)
         return any(self.roles.role(name) in (Role.OPTIMIZER, Role.SCALER) for name in names)
 
@@ -143,7 +140,7 @@ class Evaluation:
         for event in self.events.scope_events(region.scope):
             if region.start < order[event.site] < region.end:
                 return True
-        for call in self._calls.get(region.scope, []):
+        for call in self.collected.calls_in_scope(region.scope):
             if region.start < order[call] < region.end and _asks_for_gradients(call):
                 return True
         return any(
@@ -155,7 +152,7 @@ class Evaluation:
     def _forwards_in(self, region: Region) -> list[cst.Call]:
         order = self.collected.order
         found = []
-        for call in self._calls.get(region.scope, []):
+        for call in self.collected.calls_in_scope(region.scope):
             context = self.collected.contexts[call]
             if not context.loops:
                 continue

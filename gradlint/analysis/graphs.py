@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradlint.analysis.collect import Collected
-from gradlint.analysis.leaves import Leaves, is_leaf_value, scope_statements
+from gradlint.analysis.leaves import Leaves, is_leaf_value
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.roles import Role, Roles
@@ -64,7 +64,6 @@ class Graphs:
         self.roles = roles
         self.values = values
         self.leaves = leaves
-        self.statements = scope_statements(collected)
         self._depth = 0
 
     def definition(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
@@ -208,7 +207,7 @@ class Graphs:
         if start > end:
             return False  # assigned later in a loop body: the value came round from the last iteration
         scope = self.collected.contexts[at].scope
-        between = [s for s in self.statements.get(scope, []) if start < self.collected.order[s] < end]
+        between = [s for s in self.collected.statements_in_scope(scope) if start < self.collected.order[s] < end]
         return any(self._saves(node, key, statement) for statement in between for node in _walk(statement))
 
     def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:

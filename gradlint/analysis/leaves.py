@@ -38,14 +38,6 @@ class Held(Enum):
 Binding = tuple[int, "Held | _Pending"]
 
 
-def scope_statements(collected: Collected) -> dict[Scope, list[cst.BaseSmallStatement]]:
-    """Each scope's own simple statements, in source order."""
-    grouped: dict[Scope, list[cst.BaseSmallStatement]] = {}
-    for statement in collected.statements:
-        grouped.setdefault(collected.contexts[statement].scope, []).append(statement)
-    return grouped
-
-
 class Leaves:
     """Answers whether an expression is a leaf that requires grad at a given statement."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
-from gradlint.analysis.leaves import Leaves, scope_statements
+from gradlint.analysis.leaves import Leaves
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.values import names_in
 
@@ -154,7 +154,6 @@ class GradientValues:
         self.collected = collected
         self.imports: ImportMap = collected.imports
         self._names: dict[Scope, set[str]] = {}
-        self._statements = scope_statements(collected)
 
     def is_gradient(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when `expression` reads a gradient (in the scope of statement `at`)."""
@@ -181,7 +180,7 @@ class GradientValues:
         changed = True
         while changed:
             before = len(names)
-            for statement in self._statements.get(scope, []):
+            for statement in self.collected.statements_in_scope(scope):
                 if isinstance(statement, cst.Assign) and self._reads_gradient(statement.value, names):
                     for target in statement.targets:
                         names.update(names_in(target.target))

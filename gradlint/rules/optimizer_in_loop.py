@@ -103,10 +103,10 @@ class OptimizerInLoop(Rule):
         return False
 
     def _calls_in(self, region: Loop | cst.FunctionDef) -> list[cst.Call]:
-        contexts = self.analysis.collected.contexts
+        collected = self.analysis.collected
         if isinstance(region, cst.FunctionDef):
-            return [call for call in self.analysis.collected.calls if contexts[call].scope is region]
-        return [call for call in self.analysis.collected.calls if region in contexts[call].loops]
+            return collected.calls_in_scope(region)
+        return collected.calls_in_loop(region)
 
     def _constructs_optimizer(self, call: cst.Call) -> bool:
         # A class instantiation (`Adam(...)`, `GradScaler()`), not `self.optimizers()` fetching one;
