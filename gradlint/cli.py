@@ -111,6 +111,7 @@ def _show_diff(fixing: Iterable[FileFix], quiet: bool) -> int:
     """Print what --fix would change; 1 when it would change something."""
     results = list(fixing)
     click.echo("".join(result.diff() for result in results), nl=False)
+    _report_rejected(results)
     fixes = sum(result.applied for result in results)
     if not quiet:
         click.echo(f"Would fix {fixes} problem{'s' if fixes != 1 else ''}.", err=True)
@@ -123,10 +124,19 @@ def _apply_fixes(fixing: Iterable[FileFix], quiet: bool) -> list[Diagnostic]:
     for result in results:
         if result.skipped:
             click.echo(f"gradlint: {result.path}: not fixed: {result.skipped}", err=True)
+    _report_rejected(results)
     fixes = sum(result.applied for result in results)
     if not quiet and fixes:
         click.echo(f"Fixed {fixes} problem{'s' if fixes != 1 else ''}.", err=True)
     return sorted(diagnostic for result in results for diagnostic in result.remaining)
+
+
+def _report_rejected(results: list[FileFix]) -> None:
+    """Say which fixes were dropped because their result did not verify; their findings remain."""
+    for result in results:
+        for rejected in result.rejected:
+            d = rejected.diagnostic
+            click.echo(f"gradlint: {d.path}:{d.line}:{d.column}: {d.code} fix not applied: {rejected.reason}", err=True)
 
 
 @main.command()

@@ -1,9 +1,12 @@
 """Apply the fixes of findings to source files without ever losing or corrupting code.
 
-A file is fixed in passes: lint, apply the fixes whose edits do not overlap, check that
-the result still parses, and lint again, until no fix is left. The result is written
-through a temporary file and an atomic rename, in the file's own encoding, BOM, line
-endings and mode, and only if the file did not change on disk in the meantime.
+A file is fixed in passes: lint, apply the fixes whose edits do not overlap, and verify
+the result: it must parse, and linting it must find nothing that the text before the
+fixes did not have (a fix that trades one finding for another, or breaks the code the
+analysis reads, is dropped and reported, and the text stays as it was for it). Passes
+repeat until no fix is left. The result is written through a temporary file and an
+atomic rename, in the file's own encoding, BOM, line endings and mode, and only if the
+file did not change on disk in the meantime.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import os
 import stat
 import tempfile
 import tokenize
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -33,12 +37,21 @@ MAX_PASSES = 8
 
 
 @dataclass(frozen=True)
+class RejectedFix:
+    """A fix that was not applied because its result failed verification, and why."""
+
+    diagnostic: Diagnostic  # positioned in the text as it was before fixing
+    reason: str
+
+
+@dataclass(frozen=True)
 class FixedSource:
-    """The text after fixing, how many fixes went in, and the findings left in it."""
+    """The text after fixing, how many fixes went in, the findings left in it, and the fixes dropped."""
 
     text: str
     applied: int
     remaining: list[Diagnostic]
+    rejected: tuple[RejectedFix, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,7 @@ class FileFix:
     applied: int = 0
     remaining: list[Diagnostic] = field(default_factory=list)
     skipped: str | None = None
+    rejected: tuple[RejectedFix, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -106,7 +120,7 @@ def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = Tru
         # Unreadable or undecodable: the engine reports why (GL000); nothing is fixed.
         return FileFix(str(path), remaining=list(lint_paths([path], config)))
     fixed = fix_source(text, str(path), config, unsafe, encoding)
-    result = FileFix(str(path), text, fixed.text, fixed.applied, fixed.remaining)
+    result = FileFix(str(path), text, fixed.text, fixed.applied, fixed.remaining, rejected=fixed.rejected)
     if not write or not result.changed:
         return result
     relint = partial(lint_source, path=str(path), config=config)
@@ -127,7 +141,7 @@ def fix_notebook(path: Path, config: Config, unsafe: bool = False, write: bool =
     except notebook.NotebookError as error:
         return FileFix(str(path), remaining=relint(data), skipped=str(error))
     before = data.decode("utf-8")
-    result = FileFix(str(path), before, after.decode("utf-8"), fixed.applied, relint(after))
+    result = FileFix(str(path), before, after.decode("utf-8"), fixed.applied, relint(after), rejected=fixed.rejected)
     if not write or not result.changed:
         return result
     return _written(result, path, after, data, relint)
@@ -140,34 +154,161 @@ def _written(
     skipped = write_atomically(path, data, expected)
     if skipped is None:
         return result
-    return FileFix(result.path, result.before, result.before, 0, lint(expected), skipped)
+    return FileFix(result.path, result.before, result.before, 0, lint(expected), skipped, result.rejected)
 
 
 def fix_source(
     text: str, path: str = "<string>", config: Config | None = None, unsafe: bool = False, encoding: str = "utf-8"
 ) -> FixedSource:
-    """Apply the fixes of `text`'s findings until none is left (safe ones, or all with `unsafe`)."""
-    applied = 0
+    """Apply the fixes of `text`'s findings until none is left (safe ones, or all with `unsafe`).
+
+    Each pass applies the fixes whose edits do not overlap and keeps only what verifies
+    (see `_Fixer`); a dropped fix is not tried again.
+    """
+    fixer = _Fixer(text, path, config, unsafe, encoding)
     for _ in range(MAX_PASSES):
-        diagnostics = lint_source(text.encode(encoding), path, config)
-        fixes = _non_overlapping([d.fix for d in diagnostics if d.fix and (d.fix.safe or unsafe)], text)
-        fixed = _first_parsing(text, fixes, encoding)
-        if fixed is None:
-            return FixedSource(text, applied, diagnostics)
-        text, count = fixed
-        applied += count
-    return FixedSource(text, applied, lint_source(text.encode(encoding), path, config))
+        if not fixer.apply_pass():
+            break
+    return FixedSource(fixer.text, fixer.applied, fixer.diagnostics, tuple(fixer.rejected.values()))
 
 
-def _first_parsing(text: str, fixes: list[Fix], encoding: str) -> tuple[str, int] | None:
-    """All fixes applied, or failing that the first one whose result still parses."""
-    if not fixes:
-        return None
-    for chosen in (fixes, *([fix] for fix in fixes)):
-        candidate = apply_edits(text, [edit for fix in chosen for edit in fix.edits])
-        if _parses(candidate, encoding):
-            return candidate, len(chosen)
-    return None
+def verify_fix(
+    text: str,
+    fix: Fix,
+    path: str = "<string>",
+    config: Config | None = None,
+    encoding: str = "utf-8",
+    before: list[Diagnostic] | None = None,
+) -> str | None:
+    """Why applying `fix` alone to `text` must not be offered (None when it verifies).
+
+    `before` are `text`'s findings when the caller has them. The LSP server offers a quick
+    fix only when this is None: the same check `--fix` makes.
+    """
+    if before is None:
+        before = lint_source(text.encode(encoding), path, config)
+    return _verify(text, [fix], before, path, config, encoding).problem
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """The text after some fixes, its findings, and what is wrong with it (None: it verifies)."""
+
+    text: str
+    diagnostics: list[Diagnostic]
+    lines: Callable[[int], int]  # a line of the new text -> the line of the text before
+    problem: str | None
+
+
+class _Fixer:
+    """Applies verified fixes in passes, remembering which lines of the original each line came from."""
+
+    def __init__(self, text: str, path: str, config: Config | None, unsafe: bool, encoding: str) -> None:
+        self.text, self.path, self.config, self.unsafe, self.encoding = text, path, config, unsafe, encoding
+        self.diagnostics = lint_source(text.encode(encoding), path, config)
+        self.applied = 0
+        self.rejected: dict[tuple[str, str, int], RejectedFix] = {}
+        self.origin: Callable[[int], int] = lambda line: line  # current line -> original line
+
+    def apply_pass(self) -> bool:
+        """Apply this pass's fixes that verify; False when there was nothing left to apply."""
+        wanted = [
+            d for d in self.diagnostics if d.fix is not None and (d.fix.safe or self.unsafe) and self._key(d) not in self.rejected
+        ]
+        chosen = _non_overlapping(wanted, self.text)
+        if not chosen:
+            return False
+        outcome = self._check(chosen)
+        if outcome.problem is not None:
+            passing = []
+            for diagnostic in chosen:
+                alone = self._check([diagnostic])
+                if alone.problem is None:
+                    passing.append(diagnostic)
+                else:
+                    self._reject(diagnostic, alone.problem)
+            outcome = self._check(passing) if passing else outcome
+            if passing and outcome.problem is not None:
+                passing = passing[:1]  # together they clash; the others wait for the next pass
+                outcome = self._check(passing)
+            if not passing:
+                return True  # every fix was dropped; the next pass looks for the rest
+            chosen = passing
+        self._accept(outcome, len(chosen))
+        return True
+
+    def _check(self, diagnostics: list[Diagnostic]) -> _Outcome:
+        fixes = [d.fix for d in diagnostics if d.fix is not None]
+        return _verify(self.text, fixes, self.diagnostics, self.path, self.config, self.encoding)
+
+    def _accept(self, outcome: _Outcome, count: int) -> None:
+        previous, mapping = self.origin, outcome.lines
+        self.origin = lambda line: previous(mapping(line))
+        self.text, self.diagnostics = outcome.text, outcome.diagnostics
+        self.applied += count
+
+    def _key(self, diagnostic: Diagnostic) -> tuple[str, str, int]:
+        assert diagnostic.fix is not None
+        return diagnostic.code, diagnostic.fix.description, self.origin(diagnostic.line)
+
+    def _reject(self, diagnostic: Diagnostic, reason: str) -> None:
+        line = self.origin(diagnostic.line)
+        shift = line - diagnostic.line
+        where = replace(diagnostic, line=line, end_line=diagnostic.end_line + shift)
+        self.rejected[self._key(diagnostic)] = RejectedFix(where, reason)
+
+
+def _verify(
+    text: str, fixes: Sequence[Fix], before: list[Diagnostic], path: str, config: Config | None, encoding: str
+) -> _Outcome:
+    """Apply `fixes` to `text` and check the result: it parses and has no finding `before` lacks."""
+    edits = [edit for fix in fixes for edit in fix.edits]
+    candidate = apply_edits(text, edits)
+    lines = line_mapping(edits)
+    if not _parses(candidate, encoding):
+        return _Outcome(candidate, [], lines, "the fixed code would not parse")
+    after = lint_source(candidate.encode(encoding), path, config)
+    known = Counter((d.code, d.line) for d in before)
+    for diagnostic in after:
+        key = (diagnostic.code, lines(diagnostic.line))
+        if known[key] > 0:
+            known[key] -= 1
+            continue
+        return _Outcome(candidate, after, lines, f"the fixed code would have a new finding: {_describe(diagnostic)}")
+    return _Outcome(candidate, after, lines, None)
+
+
+def _describe(diagnostic: Diagnostic) -> str:
+    return f"{diagnostic.code} at line {diagnostic.line} ({diagnostic.message})"
+
+
+def line_mapping(edits: Sequence[Edit]) -> Callable[[int], int]:
+    """For text changed by non-overlapping `edits`: a line of the new text -> its line in the old.
+
+    Lines an edit wrote map to the edit's first old line, except the edit's last new line,
+    which holds what followed the edit on its last old line.
+    """
+    segments: list[tuple[int, int, Edit]] = []  # (first new line, last new line, edit)
+    offset = 0
+    for edit in sorted(edits, key=lambda edit: (edit.line, edit.column)):
+        added = len(LINE_BREAK.findall(edit.text))
+        first = edit.line + offset
+        segments.append((first, first + added, edit))
+        offset += added - (edit.end_line - edit.line)
+
+    def old_line(line: int) -> int:
+        shift = 0
+        for first, last, edit in segments:
+            if line < first:
+                break
+            if line == last:
+                return edit.end_line
+            if line < last:
+                return edit.line
+            shift = last - edit.end_line
+        return line - shift
+
+    return old_line
 
 
 def _parses(text: str, encoding: str) -> bool:
@@ -178,18 +319,19 @@ def _parses(text: str, encoding: str) -> bool:
     return True
 
 
-def _non_overlapping(fixes: Sequence[Fix], text: str) -> list[Fix]:
-    """The fixes, in order, skipping each one whose edits touch an earlier one's span."""
+def _non_overlapping(diagnostics: Sequence[Diagnostic], text: str) -> list[Diagnostic]:
+    """The findings, in order, skipping each one whose fix's edits touch an earlier one's span."""
     starts = _line_starts(text)
     taken: list[tuple[int, int]] = []
     chosen = []
-    for fix in fixes:
-        spans = [_span(edit, starts) for edit in fix.edits]
+    for diagnostic in diagnostics:
+        assert diagnostic.fix is not None
+        spans = [_span(edit, starts) for edit in diagnostic.fix.edits]
         # Two insertions at one point also clash: their order would be arbitrary.
         if any(start <= end2 and start2 <= end for start, end in spans for start2, end2 in taken):
             continue
         taken.extend(spans)
-        chosen.append(fix)
+        chosen.append(diagnostic)
     return chosen
 
 

@@ -13,6 +13,7 @@ import io
 import re
 import tokenize
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from lsprotocol import types
@@ -22,7 +23,7 @@ from pygls.workspace import PositionCodec, TextDocument
 from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
-from gradlint.fix import fix_source
+from gradlint.fix import fix_source, verify_fix
 from gradlint.rule import LINE_BREAK, Diagnostic, Fix, all_rules
 
 SOURCE = "gradlint"
@@ -247,6 +248,7 @@ def _quick_fixes(ls: GradlintServer, params: types.CodeActionParams) -> list[typ
     named = {(d.code, d.range.start.line, d.range.start.character) for d in params.context.diagnostics}
     found = findings(ls, uri)
     lines = _lines(document) if found else []
+    verified = partial(_verified, ls, document, found)
     actions = []
     for diagnostic in found:
         lsp_diagnostic = to_lsp(diagnostic, lines, document.position_codec)
@@ -255,11 +257,22 @@ def _quick_fixes(ls: GradlintServer, params: types.CodeActionParams) -> list[typ
             lsp_diagnostic.range, params.range
         ):
             continue
-        if diagnostic.fix is not None:
+        if diagnostic.fix is not None and verified(diagnostic.fix):
             actions.append(_fix_action(document, lines, diagnostic.fix, lsp_diagnostic))
         if diagnostic.code not in (PARSE_ERROR[0], INTERNAL_ERROR[0]):
             actions.append(_noqa_action(document, lines, diagnostic, lsp_diagnostic))
     return actions
+
+
+def _verified(ls: GradlintServer, document: TextDocument, found: list[Diagnostic], fix: Fix) -> bool:
+    """Whether the fix passes the check `--fix` makes: the result parses and has no new finding."""
+    try:
+        config = ls.config_for(_path(document))
+    except (ConfigError, OSError):
+        return False
+    source = document.source
+    path, encoding = str(_path(document)), declared_encoding(source)
+    return verify_fix(source, fix, path, config, encoding, before=found) is None
 
 
 def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:

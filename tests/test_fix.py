@@ -93,9 +93,11 @@ def test_a_fix_whose_result_does_not_parse_is_never_applied(monkeypatch: pytest.
 def test_overlapping_fixes_wait_for_the_next_pass() -> None:
     edits = [Edit(1, 1, 1, 2, "a"), Edit(1, 1, 1, 1, "b"), Edit(1, 3, 2, 1, "c")]
     assert apply_edits("xy\nz", [edits[0], edits[2]]) == "aycz"
-    assert gradlint.fix._non_overlapping([Fix("one", (edits[0],)), Fix("two", (edits[1],))], "xy\n") == [
-        Fix("one", (edits[0],))
-    ]
+    one, two = (
+        Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", Fix(name, (edit,)))
+        for name, edit in (("one", edits[0]), ("two", edits[1]))
+    )
+    assert gradlint.fix._non_overlapping([one, two], "xy\n") == [one]
 
 
 @pytest.mark.parametrize(
@@ -374,3 +376,54 @@ def test_gl011_the_direct_step_is_removed() -> None:
 def test_gl011_no_fix_when_the_direct_step_is_alone_in_its_block() -> None:
     source = GL011_AMP.replace("    optimizer.step()  # twice\n", "    if log:\n        optimizer.step()\n")
     assert [(d.code, d.fix) for d in lint_source(source, "train.py")] == [("GL011", None)]
+
+
+def test_line_mapping_follows_insertions_removals_and_replacements() -> None:
+    lines = gradlint.fix.line_mapping(
+        [
+            Edit(2, 5, 2, 5, "with x:\n        "),  # a header inserted before line 2: new lines 2-3 are old 2
+            Edit(4, 1, 6, 1, ""),  # old lines 4-5 removed: old 6 is new 4
+            Edit(8, 3, 8, 7, "y.item()"),  # replaced within old line 8
+        ]
+    )
+    assert [lines(n) for n in range(1, 9)] == [1, 2, 2, 3, 6, 7, 8, 9]
+
+
+def test_a_fix_that_brings_a_new_finding_is_dropped_and_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    trading = Fix("trade", (Edit(1, 1, 1, 2, "w"),))
+    good = Fix("rename", (Edit(2, 1, 2, 2, "z"),))
+
+    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+        found = []
+        if data.startswith(b"x"):
+            found.append(Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", trading))
+        if b"y" in data:
+            found.append(Diagnostic("t.py", 2, 1, "GL001", 2, 2, "loss-accumulation", "m", good))
+        if data.startswith(b"w"):
+            found.append(Diagnostic("t.py", 1, 1, "GL013", 1, 2, "backward-under-no-grad", "n"))
+        return found
+
+    monkeypatch.setattr(gradlint.fix, "lint_source", lint)
+    result = fix_source("x = 1\ny = 2\n")
+    assert result.text == "x = 1\nz = 2\n"
+    assert result.applied == 1
+    [rejected] = result.rejected
+    assert (rejected.diagnostic.code, rejected.diagnostic.line) == ("GL001", 1)
+    assert "new finding: GL013 at line 1" in rejected.reason
+    assert [(d.code, d.line) for d in result.remaining] == [("GL001", 1)]
+
+
+def test_a_finding_that_moves_with_the_code_is_not_new(monkeypatch: pytest.MonkeyPatch) -> None:
+    insert = Fix("insert", (Edit(1, 1, 1, 1, "pass\n"),))
+
+    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+        lines = data.decode().splitlines()
+        found = [Diagnostic("t.py", lines.index("y = 2") + 1, 1, "GL002", 1, 2, "missing-zero-grad", "m")]
+        if not data.startswith(b"pass"):
+            found.append(Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", insert))
+        return found
+
+    monkeypatch.setattr(gradlint.fix, "lint_source", lint)
+    result = fix_source("x = 1\ny = 2\n")
+    assert result.text == "pass\nx = 1\ny = 2\n"
+    assert result.rejected == ()
