@@ -212,9 +212,7 @@ class _Fixer:
 
     def apply_pass(self) -> bool:
         """Apply this pass's fixes that verify; False when there was nothing left to apply."""
-        wanted = [
-            d for d in self.diagnostics if d.fix is not None and (d.fix.safe or self.unsafe) and self._key(d) not in self.rejected
-        ]
+        wanted = [d for d in self.diagnostics if self._wanted(d)]
         chosen = _non_overlapping(wanted, self.text)
         if not chosen:
             return False
@@ -236,6 +234,10 @@ class _Fixer:
             chosen = passing
         self._accept(outcome, len(chosen))
         return True
+
+    def _wanted(self, diagnostic: Diagnostic) -> bool:
+        fix = diagnostic.fix
+        return fix is not None and (fix.safe or self.unsafe) and self._key(diagnostic) not in self.rejected
 
     def _check(self, diagnostics: list[Diagnostic]) -> _Outcome:
         fixes = [d.fix for d in diagnostics if d.fix is not None]

@@ -31,7 +31,8 @@ def train(model, loader, optimizer, criterion):
         optimizer.step()
         total += loss  # running sum, for the log
         losses.append(loss)
-    return total, losses
+    print("epoch loss", total)
+    return losses
 """
 FIXED_LOOP = LOOP.replace("total += loss ", "total += loss.item() ").replace(
     "losses.append(loss)", "losses.append(loss.detach())"
@@ -49,9 +50,58 @@ def test_gl001_sum_of_a_backpropagated_loss_into_a_number_becomes_item() -> None
     assert result.remaining == []
 
 
-def test_gl001_accumulator_used_as_a_tensor_gets_detach_not_item() -> None:
-    source = LOOP.replace("return total, losses", "return total.cpu(), losses")
+@pytest.mark.parametrize(
+    "use",
+    ['print("epoch loss", total.cpu())', "history.append(total)", "return total", 'print(f"{total}"); save(total)'],
+)
+def test_gl001_accumulator_read_other_than_by_logging_gets_detach_not_item(use: str) -> None:
+    source = LOOP.replace('print("epoch loss", total)', use)
     assert "total += loss.detach()  # running sum" in fixed(source)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("datapoint_count", "a count the forward helper returned beside the loss"),
+        ("loss.item() / n", "already a float"),
+        ("self.compute_loss(x)", "a value from a method of unknown type"),
+        ("outputs[0]", "an element of a structure of unknown type"),
+    ],
+)
+def test_gl001_no_fix_without_proof_that_the_value_is_a_tensor(value: str, why: str) -> None:
+    source = textwrap.dedent(
+        f"""\
+        import torch
+
+        def train(model, loader, optimizer, n):
+            total = 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss, datapoint_count = model.forward_loss(x, y)
+                outputs = model(x)
+                loss.backward()
+                optimizer.step()
+                total += {value}
+            print(total)
+        """
+    )
+    for diagnostic in lint_source(source, "train.py"):
+        assert diagnostic.fix is None, why
+    assert fixed(source, unsafe=True) == source
+
+
+@pytest.mark.parametrize(
+    ("value", "method"),
+    [
+        ("torch.nn.functional.mse_loss(model(x), y)", "item"),  # a reduced loss: one element
+        ('torch.nn.functional.mse_loss(model(x), y, reduction="none")', "detach"),  # one per sample
+        ("torch.stack([loss, loss])", "detach"),
+    ],
+)
+def test_gl001_fix_on_values_proven_tensors_by_the_torch_function_that_made_them(value: str, method: str) -> None:
+    source = LOOP.replace("total += loss ", f"total += {value} ")
+    wrapped = f"({value})" if " " in value and not value.endswith(")") else value
+    assert f"total += {wrapped}.{method}() " in fixed(source)
 
 
 def test_gl001_compound_value_is_parenthesized() -> None:

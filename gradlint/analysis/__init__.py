@@ -24,6 +24,7 @@ from gradlint.analysis.origins import Origins
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.values import GradValues, names_in
 from gradlint.rule import LINE_BREAK
 
@@ -76,6 +77,11 @@ class ModuleAnalysis:
     def shapes(self) -> Shapes:
         """Whether tensor expressions are scalars, clearly not, or unknown."""
         return Shapes(self.collected, self.roles, self.events, self.origins)
+
+    @cached_property
+    def tensors(self) -> TensorProofs:
+        """Which expressions are proven tensors (and one-element ones): what a fix may rely on."""
+        return TensorProofs(self.collected, self.roles, self.events, self.origins, self.shapes)
 
     @cached_property
     def lineage(self) -> Lineages:

@@ -143,6 +143,29 @@ class Roles:
             self._computing.discard(key)
         return self._cache[key]
 
+    def proven_role(self, node: cst.BaseExpression) -> Role | None:
+        """The role of `node` when an annotation or the call that built it shows it; never a guess from a name."""
+        return self._proven_role(node, set())
+
+    def _proven_role(self, node: cst.BaseExpression, seen: set[str]) -> Role | None:
+        value = _unwrap_passthrough(node)
+        key = dotted_name(value)
+        if key is None:
+            if not isinstance(value, cst.Call):
+                return None
+            qualified = self.imports.resolve(value.func) or ""
+            name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
+            if name in WRAPPERS and len(value.args) == 1:
+                return self._proven_role(value.args[0].value, seen)
+            return self._role_of_constructor(qualified, name)
+        if key in self.annotations:
+            return self.annotations[key]
+        if key in seen:
+            return None
+        seen.add(key)
+        roles = {self._proven_role(source, seen) for source in self.values.get(key, [])}
+        return roles.pop() if len(roles) == 1 else None
+
     def _role_of_key(self, key: str) -> Role | None:
         if key in self.annotations:
             return self.annotations[key]

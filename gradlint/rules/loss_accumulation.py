@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
-from gradlint.analysis import Event, Kind, ModuleAnalysis
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis import Event, Kind
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.values import names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
 
 CONTAINER_METHODS = frozenset({"append", "extend", "insert"})
+# Calls that accept a float as well as a one-element tensor: what `.item()` may feed.
+LOGGING_CALLS = frozenset(
+    {"print", "log", "info", "debug", "warning", "write", "add_scalar", "set_postfix", "set_description", "echo"}
+)
 
 
 class LossAccumulation(Rule):
@@ -56,10 +60,6 @@ class LossAccumulation(Rule):
             optimizer.step()
             total_loss += loss.item()
     """
-
-    def __init__(self, analysis: ModuleAnalysis) -> None:
-        super().__init__(analysis)
-        self._receivers: dict[cst.CSTNode, set[str | None]] = {}  # scope -> names used as `name.attr`
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
@@ -107,38 +107,60 @@ class LossAccumulation(Rule):
             return
         if isinstance(context.scope, cst.FunctionDef) and key in analysis.backpropagated_names(context.scope):
             return  # kept on purpose: the function backpropagates the kept values later
-        self.report(statement, fix=self._fix(statement, key, value, region_node))
+        self.report(statement, fix=self._fix(statement, key, value))
 
-    def _fix(
-        self,
-        statement: cst.BaseSmallStatement,
-        key: str,
-        value: cst.BaseExpression,
-        region: cst.For | cst.While | cst.FunctionDef,
-    ) -> Fix | None:
+    def _fix(self, statement: cst.BaseSmallStatement, key: str, value: cst.BaseExpression) -> Fix | None:
         # Ex) preds = torch.cat([preds, logits]): the value checked is synthesized, not in the tree.
         if isinstance(statement, cst.Assign) and not isinstance(statement.value, cst.BinaryOperation):
             return None
-        # `.item()` turns the sum into a float: certain only for a number accumulator never
-        # used as a tensor, adding a loss that is backpropagated (so a scalar).
-        scalar = dotted_name(value) in self.analysis.backpropagated_names(region)
-        method = "item" if scalar and self._holds_number(statement, key) else "detach"
+        tensors = self.analysis.tensors
+        if not tensors.is_tensor(value, statement):
+            return None  # `.detach()` on an int or a float raises: no fix without proof
+        # `.item()` turns the sum into a float: only for a one-element tensor added to a local
+        # number that nothing but logging ever reads.
+        scalar = tensors.is_scalar_tensor(value, statement)
+        method = "item" if scalar and self._only_logged(statement, key) else "detach"
         return replace_node(self.analysis, value, method_call(value, method), f"use `.{method}()` to drop the graph")
 
-    def _holds_number(self, statement: cst.BaseSmallStatement, key: str) -> bool:
-        """Whether `key` starts as a number literal in this scope and is never used as a tensor."""
+    def _only_logged(self, statement: cst.BaseSmallStatement, key: str) -> bool:
+        """Whether local `key` starts as a number and is otherwise only read by printing and logging calls."""
+        if "." in key:
+            return False  # an attribute: other methods may read it as a tensor
         scope = self.analysis.context(statement).scope
-        starts = [
-            s
-            for s in self.analysis.collected.statements_in_scope(scope)
-            if isinstance(s, cst.Assign) and any(dotted_name(target.target) == key for target in s.targets)
-        ]
-        if not starts or not all(isinstance(s.value, (cst.Integer, cst.Float)) for s in starts):
-            return False
-        if scope not in self._receivers:  # one walk per scope, however many findings it has
-            uses = m.findall(scope, m.Attribute())
-            self._receivers[scope] = {dotted_name(node.value) for node in uses if isinstance(node, cst.Attribute)}
-        return key not in self._receivers[scope]
+        starts = 0
+        for other in self.analysis.collected.statements_in_scope(scope):
+            if not _reads(other, key):
+                continue
+            if isinstance(other, cst.Assign) and [dotted_name(t.target) for t in other.targets] == [key]:
+                if not isinstance(other.value, (cst.Integer, cst.Float)):
+                    return False
+                starts += 1
+            elif not (_accumulates(other, key) or _logs(other, key)):
+                return False
+        return starts > 0
+
+
+def _accumulates(statement: cst.BaseSmallStatement, key: str) -> bool:
+    """`key += value` or `key -= value`, where `value` does not read `key`."""
+    return (
+        isinstance(statement, cst.AugAssign)
+        and dotted_name(statement.target) == key
+        and not _reads(statement.value, key)
+    )
+
+
+def _logs(statement: cst.BaseSmallStatement, key: str) -> bool:
+    """A call statement of a printing or logging function, `key` read only in its arguments."""
+    if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call)):
+        return False
+    call = statement.value
+    if last_name(call.func) not in LOGGING_CALLS or _reads(call.func, key):
+        return False
+    return not any(name.startswith(f"{key}.") for arg in call.args for name in names_in(arg))  # total.cpu()
+
+
+def _reads(node: cst.CSTNode, key: str) -> bool:
+    return any(name == key or name.startswith(f"{key}.") for name in names_in(node))
 
 
 def _backpropagates(events: tuple[Event, ...]) -> bool:
