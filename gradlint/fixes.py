@@ -84,14 +84,15 @@ def wrap_in_with(
     description: str,
     safe: bool = True,
     body: cst.BaseSmallStatement | None = None,
+    last: cst.CSTNode | None = None,
 ) -> Fix | None:
-    """A Fix running `statement` under `with context:`, with `body` in its place if given.
+    """A Fix running `statement` (through `last`, a later statement of its block) under `with context:`.
 
-    None when the statement shares a line with others, or `body` would replace more than
-    one line. Every line of the statement moves one indentation level in, except the
-    continuation lines of multi-line strings, whose text must not change.
+    `body` replaces the statement if given. None when the statement shares a line with
+    others, or `body` would replace more than one line. Every line moves one indentation
+    level in, except the continuation lines of multi-line strings, whose text must not change.
     """
-    where = analysis.positions[statement]
+    where, end_where = analysis.positions[statement], analysis.positions[last if last is not None else statement]
     indent = _indentation(analysis, statement)
     module = analysis.module
     if indent is None or (body is not None and where.start.line != where.end.line):
@@ -100,7 +101,7 @@ def wrap_in_with(
     start, end = (where.start.line, where.start.column + 1), (where.end.line, where.end.column + 1)
     if body is not None:
         return Fix(description, (Edit(*start, *end, header + module.code_for_node(body)),), safe)
-    shifted = _code_lines(analysis.lines[where.start.line - 1 : where.end.line], where.start.line)
+    shifted = _code_lines(analysis.lines[where.start.line - 1 : end_where.end.line], where.start.line)
     if shifted is None:
         return None
     below = [line for line in shifted if line != where.start.line]

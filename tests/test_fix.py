@@ -477,3 +477,85 @@ def test_a_finding_that_moves_with_the_code_is_not_new(monkeypatch: pytest.Monke
     result = fix_source("x = 1\ny = 2\n")
     assert result.text == "pass\nx = 1\ny = 2\n"
     assert result.rejected == ()
+
+
+EPOCHS = """\
+import torch
+
+def fit(model, train_loader, val_x, val_y, optimizer, criterion, agent):
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        preds = model(val_x)  # the epoch's evaluation, in the epoch loop itself
+        accuracy = (preds.argmax(1) == val_y).float().mean()
+        print(epoch, accuracy.item())
+"""
+
+
+def test_gl009_wraps_only_the_evaluation_block_after_eval_never_the_training_loop_around_it() -> None:
+    [finding] = lint_source(EPOCHS, "train.py")
+    assert finding.code == "GL009"
+    result = fix_source(EPOCHS, "train.py", Config(), unsafe=True)
+    assert result.text == EPOCHS.replace(
+        "        preds = model(val_x)  # the epoch's evaluation, in the epoch loop itself\n"
+        "        accuracy = (preds.argmax(1) == val_y).float().mean()\n"
+        "        print(epoch, accuracy.item())\n",
+        "        with torch.no_grad():\n"
+        "            preds = model(val_x)  # the epoch's evaluation, in the epoch loop itself\n"
+        "            accuracy = (preds.argmax(1) == val_y).float().mean()\n"
+        "            print(epoch, accuracy.item())\n",
+    )
+    assert result.remaining == [] and result.rejected == ()
+
+
+def test_gl009_wraps_the_validation_loop_and_stops_at_model_train() -> None:
+    source = EPOCHS.replace(
+        "        preds = model(val_x)  # the epoch's evaluation, in the epoch loop itself\n",
+        "        for vx in val_x:\n            preds = model(vx)\n",
+    )
+    source = source.replace("accuracy.item())\n", "accuracy.item())\n        model.train()\n")
+    result = fix_source(source, "train.py", Config(), unsafe=True)
+    wrapped = "        with torch.no_grad():\n            for vx in val_x:\n                preds = model(vx)\n"
+    assert wrapped in result.text
+    assert "        accuracy = (preds" in result.text  # after the loop: left as it was
+    assert result.remaining == []
+
+
+@pytest.mark.parametrize("call", ["agent.update(preds)", "train_step(model, preds)", "preds.requires_grad_()"])
+def test_gl009_no_fix_when_the_evaluation_code_calls_what_might_need_gradients(call: str) -> None:
+    source = EPOCHS.replace("        print(epoch, accuracy.item())\n", f"        {call}\n")
+    for diagnostic in lint_source(source, "train.py"):
+        assert diagnostic.fix is None
+    assert fixed(source, unsafe=True) == source
+
+
+def test_a_gl009_fix_that_would_put_training_under_no_grad_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The old fix wrapped the innermost loop around the forward: here, the whole epoch loop.
+    from gradlint.analysis.evaluation import Evaluation
+
+    def whole_loop(self: Evaluation, call: cst.Call) -> tuple[cst.CSTNode, ...]:
+        return (self.collected.contexts[call].loops[0],)
+
+    monkeypatch.setattr(Evaluation, "no_grad_target", whole_loop)
+    result = fix_source(EPOCHS, "train.py", Config(), unsafe=True)
+    assert result.text == EPOCHS
+    [rejected] = result.rejected
+    assert rejected.diagnostic.code == "GL009"
+    assert "new finding: GL013" in rejected.reason
+
+
+def test_cli_says_which_fix_was_dropped_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradlint.analysis.evaluation import Evaluation
+
+    monkeypatch.setattr(Evaluation, "no_grad_target", lambda self, call: (self.collected.contexts[call].loops[0],))
+    script = tmp_path / "train.py"
+    script.write_text(EPOCHS)
+    result = CliRunner().invoke(main, ["--fix", "--unsafe-fixes", "--no-cache", "-j1", str(script)])
+    assert script.read_text() == EPOCHS
+    assert f"{script}:12:17: GL009 fix not applied: the fixed code would have a new finding: GL013" in result.output
+    assert result.exit_code == 1

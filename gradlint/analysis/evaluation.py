@@ -13,11 +13,19 @@ A region that backpropagates, steps, calls `torch.autograd.grad`, asks for gradi
 (`x.requires_grad_()`, `x.requires_grad = True`, `torch.enable_grad()`) or switches the
 grad mode by a plain call (`torch.set_grad_enabled(False)`) wants, or may want,
 gradients: it is not evaluation code.
+
+The code to run under `no_grad` for a finding is the smallest part of its region that
+holds the forward and nothing else that might need gradients: the innermost loop around
+the forward when that loop lies wholly after `model.eval()` (and before `model.train()`),
+else the statements that follow `model.eval()` in its block up to the next
+`model.train()`. Neither may hold a gradient event, a request for gradients, or a call
+of unknown effect named like training (`agent.update(...)`, `train_step(...)`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -37,6 +45,8 @@ TRAINING_NAME = re.compile(
 LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_)?(dl|ds|set|split)s?")
 ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "islice", "progress_bar", "trange"})
 GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "requires_grad_"})
+# Calls of unknown effect that may train: never moved under no_grad by a fix.
+MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|grad|attack|advers|perturb).*")
 END = 1 << 62
 MAX_CALLER_DEPTH = 4
 
@@ -82,6 +92,63 @@ class Evaluation:
                     if loop not in first or self.collected.order[call] < self.collected.order[first[loop]]:
                         first[loop] = call
         return sorted(first.values(), key=self.collected.order.__getitem__)
+
+    def no_grad_target(self, call: cst.Call) -> tuple[cst.CSTNode, ...]:
+        """The consecutive statements to run under no_grad for a reported forward; () when none is safe."""
+        context = self.collected.contexts[call]
+        order = self.collected.order
+        region = next((r for r in self.regions(context.scope) if r.start < order[call] < r.end), None)
+        if region is None or not context.loops:
+            return ()
+        loop = context.loops[-1]
+        inside = self.collected.statements_in_loop(loop)
+        if order[loop] > region.start and all(order[s] < region.end for s in inside):
+            return (
+                (loop,) if self._only_evaluates(context.scope, [*inside, *self.collected.calls_in_loop(loop)]) else ()
+            )
+        if region.over_loader:
+            return ()
+        return self._block_after_switch(region, call)
+
+    def _block_after_switch(self, region: Region, forward: cst.Call) -> tuple[cst.CSTNode, ...]:
+        """The statements after `model.eval()` in its block, before `model.train()`, if they hold `forward`."""
+        order = self.collected.order
+        calls = self.collected.calls_in_scope(region.scope)
+        switch = next(call for call in calls if order[call] == region.start)
+        block = _block_holding(region.scope, self.collected.statement_of[switch])
+        if block is None:
+            return ()
+        statement = self.collected.statement_of[switch]
+        index = next(
+            i for i, line in enumerate(block) if isinstance(line, cst.SimpleStatementLine) and statement in line.body
+        )
+        chosen: list[cst.BaseStatement] = []
+        inside: set[cst.CSTNode] = set()
+        for item in block[index + 1 :]:
+            below = _descendants(item)
+            if any(order.get(node, 0) >= region.end for node in below):
+                break  # the next model.train()
+            chosen.append(item)
+            inside |= below
+        held = [node for node in (*self.collected.statements_in_scope(region.scope), *calls) if node in inside]
+        if forward not in inside or not self._only_evaluates(region.scope, held):
+            return ()
+        return tuple(chosen)
+
+    def _only_evaluates(self, scope: Scope, nodes: Sequence[cst.CSTNode]) -> bool:
+        """Whether these statements and calls of `scope` hold nothing that might need gradients."""
+        inside = set(nodes)
+        if any(event.site in inside for event in self.events.scope_events(scope)):
+            return False
+        for node in nodes:
+            if isinstance(node, cst.Call):
+                if _asks_for_gradients(node):
+                    return False
+                if MIGHT_TRAIN.fullmatch(last_name(node.func) or "") and not self.forwards.is_forward(node):
+                    return False
+            elif _enables_requires_grad(node):  # type: ignore[arg-type]  # statements are small statements here
+                return False
+        return True
 
     def regions(self, scope: Scope) -> list[Region]:
         """The evaluation regions of one scope."""
@@ -203,3 +270,41 @@ def _iterates_loader(loop: Loop) -> bool:
         iterable = iterable.args[0].value
     name = last_name(iterable)
     return name is not None and LOADER_NAME.fullmatch(name) is not None
+
+
+def _block_holding(root: cst.CSTNode, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
+    """The statement list (a block's body) one of whose lines holds `statement` directly."""
+    for block in _blocks(root):
+        if any(isinstance(line, cst.SimpleStatementLine) and statement in line.body for line in block):
+            return block
+        for line in block:
+            if not isinstance(line, cst.SimpleStatementLine) and not isinstance(line, cst.FunctionDef | cst.ClassDef):
+                found = _block_holding(line, statement)
+                if found is not None:
+                    return found
+    return None
+
+
+def _blocks(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
+    """The statement lists directly under a module or compound statement (bodies, else, except, finally)."""
+    if isinstance(node, cst.Module):
+        return [node.body]
+    parts = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
+    parts += list(getattr(node, "handlers", ()))
+    blocks = []
+    for part in parts:
+        if isinstance(part, cst.IndentedBlock):
+            blocks.append(part.body)
+        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+            blocks.extend(_blocks(part))
+    return blocks
+
+
+def _descendants(node: cst.CSTNode) -> set[cst.CSTNode]:
+    """`node` and every node inside it."""
+    found, pending = set(), [node]
+    while pending:
+        current = pending.pop()
+        found.add(current)
+        pending.extend(current.children)
+    return found

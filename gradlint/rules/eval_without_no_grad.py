@@ -64,10 +64,12 @@ class EvalWithoutNoGrad(Rule):
             self.report(call, fix=self._wrap_loop(call))
 
     def _wrap_loop(self, call: cst.Call) -> Fix | None:
-        """Run the loop under `torch.no_grad()`: unsafe, as code of other modules it calls may need gradients."""
+        """Run the evaluation code under `torch.no_grad()`: unsafe, as code of other modules may need gradients."""
         no_grad = reference(self.analysis.imports, "torch.no_grad")
-        if no_grad is None:
+        target = self.analysis.evaluation.no_grad_target(call)
+        if no_grad is None or not target:
             return None
-        loop = self.analysis.context(call).loops[-1]
-        description = "run the loop under `torch.no_grad()`"
-        return wrap_in_with(self.analysis, loop, cst.Call(no_grad), description, safe=False)
+        first, last = target[0], target[-1]
+        what = "loop" if len(target) == 1 and isinstance(first, (cst.For, cst.While)) else "evaluation code"
+        description = f"run the {what} under `torch.no_grad()`"
+        return wrap_in_with(self.analysis, first, cst.Call(no_grad), description, safe=False, last=last)
