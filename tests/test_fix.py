@@ -408,6 +408,8 @@ def test_fixes_cost_the_size_of_the_node_not_of_the_module() -> None:
 def test_gl002_clear_is_inserted_before_backward_only_as_an_unsafe_fix() -> None:
     source = LOOP.replace("        optimizer.zero_grad()\n", "").replace("        losses.append(loss)\n", "")
     source = source.replace("total += loss  # running sum, for the log", "total += loss.item()")
+    assert fixed(source, unsafe=True) == source  # `optimizer` only looks like one: no fix
+    source = source.replace("optimizer, criterion):", "optimizer: torch.optim.Optimizer, criterion):")
     assert fixed(source) == source
     assert fixed(source, unsafe=True) == source.replace(
         "        loss.backward()", "        optimizer.zero_grad()\n        loss.backward()"
@@ -559,3 +561,58 @@ def test_cli_says_which_fix_was_dropped_and_why(tmp_path: Path, monkeypatch: pyt
     assert script.read_text() == EPOCHS
     assert f"{script}:12:17: GL009 fix not applied: the fixed code would have a new finding: GL013" in result.output
     assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("scaler = torch.amp.GradScaler()\n", "scaler = make_scaler()\n"), "the scaler is not proven a GradScaler"),
+        (("optimizer = torch.optim.AdamW(model.parameters())\n", "optimizer = build(model)\n"), "nor the optimizer"),
+        (
+            (
+                "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+                "    for group in groups:\n        torch.nn.utils.clip_grad_norm_(group, 1.0)\n",
+            ),
+            "a clip per group: unscale_ in its loop would run twice and raise",
+        ),
+    ],
+)
+def test_gl007_no_fix_without_proof(change: tuple[str, str], why: str) -> None:
+    source = GL007_AMP.replace(*change)
+    assert any(d.code == "GL007" for d in lint_source(source, "train.py")), why
+    assert fixed(source) == source, why
+
+
+def test_gl011_no_fix_when_the_scaler_is_not_proven_a_grad_scaler() -> None:
+    source = GL011_AMP.replace("scaler = torch.amp.GradScaler()\n", "scaler = make_scaler()\n")
+    assert [(d.code, d.fix) for d in lint_source(source, "train.py")] == [("GL011", None)]
+
+
+def test_gl002_no_fix_when_the_clear_would_not_run_exactly_when_the_step_does() -> None:
+    source = LOOP.replace("        optimizer.zero_grad()\n", "").replace("        losses.append(loss)\n", "")
+    source = source.replace("optimizer, criterion):", "optimizer: torch.optim.Optimizer, criterion):")
+    source = source.replace("        optimizer.step()\n", "        if ready(x):\n            optimizer.step()\n")
+    assert [d.fix for d in lint_source(source, "train.py") if d.code == "GL002"] == [None]
+
+
+@pytest.mark.parametrize(
+    ("signature", "safe"),
+    [
+        ("def train(model, train_loader, optimizer, criterion):", True),  # a loader yields fresh batches
+        ("def train(model, loader, optimizer, criterion, x):", False),  # `x` may carry a caller's graph
+        ("def train(model, loader, optimizer, criterion, *batch):", False),
+    ],
+)
+def test_gl005_removing_retain_graph_is_safe_only_when_no_caller_can_share_the_graph(
+    signature: str, safe: bool
+) -> None:
+    body = textwrap.indent(GL005_RETAIN.replace("import torch\n\n", ""), "    ")
+    if "train_loader" in signature:
+        body = body.replace("in loader", "in train_loader")
+    else:
+        body = body.replace("for x, y in loader:", "for _, y in loader:")
+        body = body.replace("model(x)", "model(batch[0])") if "*batch" in signature else body
+    source = f"import torch\n\n{signature}\n{body}"
+    [finding] = lint_source(source, "train.py")
+    assert finding.code == "GL005"
+    assert finding.fix is not None and finding.fix.safe is safe

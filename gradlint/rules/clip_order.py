@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.names import last_name
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
@@ -131,8 +131,12 @@ class ClipOrder(Rule):
             return None
         analysis = self.analysis
         statement = analysis.statement_of(clip.node)  # type: ignore[arg-type]  # a CLIP event's node is its call
-        if analysis.context(call).scope is not analysis.context(statement).scope:
+        roles = analysis.roles
+        if roles.proven_role(call.func.value) is not Role.SCALER or roles.proven_role(optimizer) is not Role.OPTIMIZER:
             return None
+        here, there = analysis.context(statement), analysis.context(call)
+        if here.scope is not there.scope or here.loops != there.loops:
+            return None  # a clip per group in a loop would unscale twice, which raises
         unscale = cst.Expr(cst.Call(cst.Attribute(call.func.value, cst.Name("unscale_")), [cst.Arg(optimizer)]))
         return insert_before(analysis, statement, unscale, "call `scaler.unscale_(optimizer)` before clipping")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.fixes import remove_statement
 from gradlint.rule import Fix, Rule
 
@@ -83,4 +83,9 @@ class DoubleStep(Rule):
             return None  # Ex) loss = optimizer.step(closure): the value is used
         if analysis.context(statement).scope is not analysis.context(scaled.site).scope:
             return None
+        call = scaled.node
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return None
+        if analysis.roles.proven_role(call.func.value) is not Role.SCALER:
+            return None  # only a GradScaler's step is known to call `optimizer.step()` itself
         return remove_statement(analysis, statement, "remove the direct `optimizer.step()`")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from gradlint.analysis import Event, Kind, TrainingStep
+from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
@@ -88,9 +88,13 @@ class MissingZeroGrad(Rule):
         if len(stepped) != 1 or backward.node is not backward.site or not isinstance(backward.site, cst.Call):
             return None
         [event] = stepped.values()
-        statement = self.analysis.statement_of(backward.site)
-        if event.value is None or self.analysis.context(event.site).scope is not self.analysis.context(statement).scope:
-            return None
+        analysis = self.analysis
+        statement = analysis.statement_of(backward.site)
+        if event.value is None or analysis.roles.proven_role(event.value) is not Role.OPTIMIZER:
+            return None  # `x.zero_grad()` on what only looks like an optimizer
+        here, there = analysis.context(statement), analysis.context(event.site)
+        if (here.scope, here.loops, here.ifs) != (there.scope, there.loops, there.ifs):
+            return None  # the clear must run exactly when the step does, on every path to it
         clear = cst.Expr(cst.Call(cst.Attribute(event.value, cst.Name("zero_grad"))))
         return insert_before(self.analysis, statement, clear, "clear the gradients before backward()", safe=False)
 

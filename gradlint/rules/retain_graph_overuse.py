@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis import Event, Kind
+from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.collect import Loop, Scope
+from gradlint.analysis.evaluation import LOADER_NAME
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.values import names_in
 from gradlint.fixes import replace_node, without_keyword
@@ -18,6 +19,7 @@ SUMMABLE = (
 BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
 # Events that make a second backward differ from backpropagating a sum of losses.
 INTERVENING = (Kind.STEP, Kind.CLEAR, Kind.CLIP, Kind.UNSCALE)
+HOLDS_NO_GRAPH = (Role.MODEL, Role.LOSS_FN, Role.OPTIMIZER, Role.SCALER)
 
 
 class RetainGraphOveruse(Rule):
@@ -105,7 +107,30 @@ class RetainGraphOveruse(Rule):
         flags = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "retain_graph"]
         if not (len(flags) == 1 and isinstance(flags[0], cst.Name) and flags[0].value == "True"):
             return None
-        return replace_node(self.analysis, call, without_keyword(call, "retain_graph"), "remove `retain_graph=True`")
+        safe = not self._may_share_a_callers_graph(event)
+        fix = without_keyword(call, "retain_graph")
+        return replace_node(self.analysis, call, fix, "remove `retain_graph=True`", safe=safe)
+
+    def _may_share_a_callers_graph(self, event: Event) -> bool:
+        """Whether the graph may hold tensors a caller passed in, which a caller's later backward could reach.
+
+        Objects the function only calls (the model, the criterion), the optimizer, and
+        batches drawn from a loader hold no caller's graph; any other parameter might.
+        """
+        analysis = self.analysis
+        function = analysis.context(event.node).function
+        if function is None or event.value is None:
+            return False
+        statement = analysis.statement_of(event.node)  # type: ignore[arg-type]  # a backward is a call
+        params = function.params
+        star = [param for param in (params.star_arg, params.star_kwarg) if isinstance(param, cst.Param)]
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params, *star):
+            name = param.name.value
+            if name in ("self", "cls") or analysis.roles.role(param.name) in HOLDS_NO_GRAPH:
+                continue
+            if not LOADER_NAME.fullmatch(name) and analysis.origins.reads(event.value, name, statement):
+                return True
+        return False
 
     def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
         """Whether a loss-and-grads helper returns or stores the retained loss for other code to use again."""
