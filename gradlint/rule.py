@@ -125,7 +125,9 @@ class Rule:
         """The rule's documentation as a Markdown section of docs/rules.md."""
         doc = inspect.cleandoc(cls.__doc__ or "")
         summary, _, body = doc.partition("\n")
-        body = re.sub(r"^(Why is this bad\?|Known problems|Options|References)$", r"\n### \1\n", body, flags=re.M)
+        body = re.sub(
+            r"^(Why is this bad\?|Known problems|Fix safety|Options|References)$", r"\n### \1\n", body, flags=re.M
+        )
         return (
             f"## {cls.code} {cls.name}\n\n{summary}\n{body}\n\n"
             f"Example:\n\n```python\n{textwrap.dedent(cls.example).strip()}\n```\n\n"

@@ -42,6 +42,13 @@ class ClipOrder(Rule):
     Known problems
     A clip done in a helper of another module is not seen.
 
+    Fix safety
+    Safe where offered: `scaler.unscale_(optimizer)` is inserted before the clip only when
+    constructors or annotations prove the scaler is a GradScaler and the optimizer an
+    optimizer, the scaler steps that one optimizer, the step has no other `unscale_`
+    (twice raises), and the clip is not in a loop of its own (once per parameter group
+    would unscale twice).
+
     References
     https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
     https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html

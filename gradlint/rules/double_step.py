@@ -28,6 +28,12 @@ class DoubleStep(Rule):
     Known problems
     A step taken by a helper of another module is not seen.
 
+    Fix safety
+    Safe where offered: the direct `optimizer.step()` is removed only when a constructor
+    or annotation proves the other step is a GradScaler's (which calls `optimizer.step()`
+    itself), both run in the same function, and the scaler's step runs whenever the
+    direct one does.
+
     References
     https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.step
     """

@@ -34,6 +34,14 @@ class EvalWithoutNoGrad(Rule):
     Known problems
     A `no_grad` context entered by a caller in another module is not seen.
 
+    Fix safety
+    Unsafe: code of other modules that the evaluation calls might need gradients. The
+    wrapped region is the smallest that holds the forward and only evaluation code: the
+    innermost loop around it when that loop lies wholly after `model.eval()` (and before
+    `model.train()`), else the statements after `model.eval()` in its block. A region that
+    holds a backward, an optimizer call, a request for gradients or an unknown call named
+    like training (`agent.update(...)`) gets no fix.
+
     References
     https://pytorch.org/docs/stable/generated/torch.no_grad.html
     """

@@ -34,6 +34,15 @@ class LossAccumulation(Rule):
     Known problems
     Values returned by functions of other modules are assumed to carry no graph.
 
+    Fix safety
+    Safe, and offered only on proof. `.detach()` is appended only to a value the source
+    proves to be a tensor (a torch function's result, the output of a `torch.nn` layer or
+    loss, arithmetic on such a value, or a name that `.backward()` is called on); on a
+    value of unknown type (a count or float returned beside the loss) no fix is offered.
+    `.item()` is used instead only for a one-element tensor added to a local number that
+    nothing but printing and logging calls reads: any other reader (a return, a call, a
+    method) might need a tensor.
+
     References
     https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
     """

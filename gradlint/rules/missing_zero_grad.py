@@ -33,6 +33,13 @@ class MissingZeroGrad(Rule):
     Known problems
     A clear done by a caller in another module is not seen.
 
+    Fix safety
+    Unsafe: accumulating gradients may be intended. `optimizer.zero_grad()` is inserted
+    before the backward only when a constructor or annotation proves the stepped object
+    is an optimizer (not only its name), it is the only uncleared optimizer of the step,
+    and the backward and the step sit in the same loop and branch, so the clear runs
+    exactly when the step does.
+
     References
     https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html
     """

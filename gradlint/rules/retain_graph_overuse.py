@@ -51,6 +51,14 @@ class RetainGraphOveruse(Rule):
     Known problems
     A later backward in another module is not seen.
 
+    Fix safety
+    Removing `retain_graph=True` is safe only where no later backward can reach the
+    graph: no backward follows in the step or the loop, the loss is not returned or kept
+    on `self`, the backward is not in a helper reached from a caller, and nothing a
+    caller passed in feeds the loss (only the model, the criterion, the optimizer and
+    batches drawn from a loader may). Where a parameter that may carry a caller's graph
+    feeds the loss, the fix is unsafe.
+
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
     https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory

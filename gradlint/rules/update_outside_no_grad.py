@@ -41,6 +41,12 @@ class UpdateOutsideNoGrad(Rule):
     same module. A helper whose callers live in another module (a hand-written
     optimizer's `step`) is assumed to run under `no_grad` and is not reported.
 
+    Fix safety
+    Wrapping an in-place update in `with torch.no_grad():` is safe: a leaf tensor that
+    requires grad raises when updated in place outside `no_grad`, so the code being fixed
+    never ran. Rewriting `w = w - lr * w.grad` as an in-place update is unsafe: other
+    references to `w` then see the update.
+
     References
     https://pytorch.org/tutorials/beginner/pytorch_with_examples.html#pytorch-tensors-and-autograd
     https://pytorch.org/docs/stable/generated/torch.no_grad.html
