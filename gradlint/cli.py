@@ -167,6 +167,8 @@ def lsp() -> None:
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--report", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
 @click.option("--quiet-script", is_flag=True, help="Hide the script's own output.")
+@click.option("--fix", "verify_fixes", is_flag=True, help="Also trace a fixed copy (never written) and compare.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix, also apply fixes that need review.")
 def trace(
     script: Path | None,
     args: tuple[str, ...],
@@ -176,16 +178,22 @@ def trace(
     output_format: str,
     html: Path | None,
     quiet_script: bool,
+    verify_fixes: bool,
+    unsafe_fixes: bool,
 ) -> None:
     """EXECUTE a training script for a few steps under PyTorch instrumentation to confirm findings.
 
     Script arguments go after `--`: gradlint trace train.py --steps 5 -- --lr 0.1
     """
-    from gradlint.runtime.command import module_target, run_trace
+    from gradlint.runtime.command import module_target, run_trace, run_trace_fix
     from gradlint.runtime.runner import Target
 
     if module is None and script is None:
         raise click.UsageError("give a SCRIPT or -m MODULE")
+    if unsafe_fixes and not verify_fixes:
+        raise click.UsageError("--unsafe-fixes works with --fix only")
+    if verify_fixes and html is not None:
+        raise click.UsageError("--report cannot be combined with --fix; trace the script without --fix for it")
     if module is not None:
         target = module_target(module, (*([str(script)] if script else []), *args))
         if target is None:
@@ -198,6 +206,8 @@ def trace(
     except ConfigError as error:
         click.echo(f"gradlint: error: {error}", err=True)
         sys.exit(EXIT_ERROR)
+    if verify_fixes:
+        sys.exit(run_trace_fix(target, config, steps, timeout, output_format, unsafe_fixes, quiet_script))
     sys.exit(run_trace(target, config, steps, timeout, output_format, html, quiet_script))
 
 

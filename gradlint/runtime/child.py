@@ -1,12 +1,15 @@
 """The traced process: `python -m gradlint.runtime.child CONFIG.json` runs the script under the tracer.
 
 It behaves like `python SCRIPT ARGS` (or `python -m MODULE ARGS`): `sys.argv`, `__main__`,
-the script's directory first on `sys.path`, the working directory unchanged.
+the script's directory first on `sys.path`, the working directory unchanged. With a
+`source` entry in the config (`gradlint trace --fix`), that text runs in the script's place,
+under the script's own file name, so nothing has to be written next to it.
 """
 
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import runpy
 import signal
@@ -15,7 +18,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, NoReturn
 
 from gradlint.runtime.events import EventWriter
@@ -99,12 +102,44 @@ def _restore_environment(config: dict[str, object]) -> None:
 
 def _run(config: dict[str, object]) -> None:
     args = [str(arg) for arg in config["args"]]  # type: ignore[attr-defined]  # a JSON list
-    if config["module"] is not None:
+    if config.get("source") is not None:
+        sys.argv = [str(config["script"]), *args]
+        _run_source(str(config["source"]), str(config["script"]), config["module"])
+    elif config["module"] is not None:
         sys.argv = [str(config["script"]), *args]
         runpy.run_module(str(config["module"]), run_name="__main__", alter_sys=True)
     else:
         sys.argv = [str(config["argv0"]), *args]
         runpy.run_path(str(config["script"]), run_name="__main__")
+
+
+def _run_source(source: str, script: str, module: object) -> None:
+    """Run `source` as `__main__` the way runpy runs the file `script`: same `__file__`, same globals."""
+    # The script's lines in tracebacks and in the tracer's `linecache` reads are the text
+    # that runs, not the file; an entry without a modification time is never reloaded.
+    linecache.cache[script] = (len(source), None, source.splitlines(keepends=True), script)
+    code = compile(source, script, "exec", dont_inherit=True)  # not this module's __future__ flags
+    main_module = ModuleType("__main__")
+    main_module.__dict__.update(
+        __file__=script,
+        __cached__=None,
+        __loader__=None,
+        __spec__=None,
+        __package__=_package(script, module),
+    )
+    previous = sys.modules["__main__"]
+    sys.modules["__main__"] = main_module
+    try:
+        exec(code, main_module.__dict__)
+    finally:
+        sys.modules["__main__"] = previous
+
+
+def _package(script: str, module: object) -> str:
+    """`__package__` as runpy sets it: empty for a script, the parent package for `-m a.b`."""
+    if module is None:
+        return ""
+    return str(module) if Path(script).name == "__main__.py" else str(module).rpartition(".")[0]
 
 
 def _report_exception(tracer: Tracer, events: EventWriter, error: BaseException, script: str) -> None:

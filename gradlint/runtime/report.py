@@ -87,6 +87,10 @@ class TraceReport:
 
     def as_json(self) -> str:
         """The report as the documented JSON object."""
+        return json.dumps(self.as_dict(), indent=2) + "\n"
+
+    def as_dict(self) -> dict[str, object]:
+        """The documented JSON object, as Python data: `findings` and `run`."""
         findings = [{**as_dict(f.diagnostic), "status": f.status, "evidence": f.evidence} for f in self.findings]
         end = self.run.of_kind("end")
         run = {
@@ -96,7 +100,7 @@ class TraceReport:
             "seconds": round(self.run.seconds, 3),
             "exception": None if self.exception is None else {k: v for k, v in self.exception.items() if k != "kind"},
         }
-        return json.dumps({"findings": findings, "run": run}, indent=2) + "\n"
+        return {"findings": findings, "run": run}
 
     def as_text(self) -> str:
         """One line per finding: `path:line:col: CODE message [STATUS] evidence`."""

@@ -57,12 +57,17 @@ def resolve_module(module: str) -> Path | None:
     return None
 
 
-def run_traced(target: Target, hints: list[Diagnostic], steps: int, timeout: float, quiet: bool) -> TraceRun:
-    """Run the target under the tracer; always returns, with the child and its process group gone."""
+def run_traced(
+    target: Target, hints: list[Diagnostic], steps: int, timeout: float, quiet: bool, source: str | None = None
+) -> TraceRun:
+    """Run the target (or `source` in its place, under its name) under the tracer.
+
+    Always returns, with the child and its process group gone.
+    """
     with tempfile.TemporaryDirectory(prefix="gradlint-trace-") as folder:
         events = Path(folder) / "events.jsonl"
         config = Path(folder) / "config.json"
-        config.write_text(json.dumps(_config(target, hints, steps, events)), encoding="utf-8")
+        config.write_text(json.dumps(_config(target, hints, steps, events, source)), encoding="utf-8")
         run = _supervise(_start(config, quiet), timeout, quiet)
         run.events = read_events(events)
     end = run.of_kind("end")
@@ -72,9 +77,10 @@ def run_traced(target: Target, hints: list[Diagnostic], steps: int, timeout: flo
     return run
 
 
-def _config(target: Target, hints: list[Diagnostic], steps: int, events: Path) -> dict[str, object]:
+def _config(target: Target, hints: list[Diagnostic], steps: int, events: Path, source: str | None) -> dict[str, object]:
     return {
         "script": str(target.script.resolve()),
+        "source": source,  # None: run the file; else this text, compiled as the file
         "argv0": str(target.script),
         "module": target.module,
         "args": list(target.args),

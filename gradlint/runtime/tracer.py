@@ -44,6 +44,7 @@ _ROOTS_KEPT = 16  # backpropagated roots remembered, to see which later variable
 # Whole-step checks (variables, gradient norms) run on every one of the first steps, then
 # on every 32nd: a long trace stays cheap, and leaks and dead gradients persist anyway.
 _EVERY_STEP_UNTIL, _THEN_EVERY = 32, 32
+_LOSSES_KEPT = 64  # backpropagated values held for one step's record: a script that never steps stays bounded
 
 
 def _sampled(count: int) -> bool:
@@ -131,6 +132,8 @@ class Tracer:
         self._leaks_found: set[tuple[int, str]] = set()
         self._names: dict[int, str] = {}
         self._norms: dict[str, float | None] = {}
+        self._losses: list[torch.Tensor] = []  # detached roots backpropagated since the last step
+        self._loss: float | list[float | None] | None = None  # their values, fetched before the step
         self._last_backward_line = 0
         self._covered = 0  # lines in the last coverage event
         self._failed: set[str] = set()
@@ -289,6 +292,8 @@ class Tracer:
                     self._roots.append((root.grad_fn, self.steps, line))
             if _sampled(self.backwards):
                 self._watch_leaves()
+            if self.steps < _EVERY_STEP_UNTIL:
+                self._losses += [root.detach() for root in roots][: _LOSSES_KEPT - len(self._losses)]
             self._last_backward_line = line
             self.backwards += 1
             self.lines.stamp = (self.backwards, self.steps)
@@ -497,6 +502,7 @@ class Tracer:
         cleared = self._check_discarded(params, line)
         if _sampled(self.steps + 1):
             self._check_dead(optimizer, params, cleared)
+            self._loss = self._step_loss()
 
     def _check_contaminated(self, params: list[torch.Tensor]) -> None:
         """GL002: the step applies gradients that a backward added onto gradients an earlier step applied."""
@@ -573,13 +579,25 @@ class Tracer:
         self.steps += 1
         self.lines.stamp = (self.backwards, self.steps)
         if _sampled(self.steps):
-            self.events.emit("step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms)
-        self._norms = {}
+            self.events.emit(
+                "step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms, loss=self._loss
+            )
+        self._norms, self._losses, self._loss = {}, [], None
         if len(self.lines.hits) != self._covered:
             self._covered = len(self.lines.hits)
             self.events.emit("coverage", lines=sorted(self.lines.hits))
         if self.steps >= self.max_steps and (not self._leaks or self.steps > self.max_steps):
             self.request_stop("steps")
+
+    @_guarded
+    def _step_loss(self) -> float | list[float | None] | None:
+        """What this step's backwards ran from: a float for one scalar, a list for several tensors.
+
+        Called right after the gradient norms were fetched (one sync per device) and before
+        the step's kernels are queued, so `.item()` waits for nothing; the first 32 steps only.
+        """
+        values = [_scalar(loss) for loss in self._losses]
+        return values[0] if len(values) == 1 else values or None
 
     def _param_names(self, params: list[torch.Tensor]) -> list[str]:
         if any(id(p) not in self._names for p in params):
@@ -756,6 +774,13 @@ def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
         return [item for item in value if isinstance(item, torch.Tensor)]
     return []
+
+
+def _scalar(tensor: torch.Tensor) -> float | None:
+    """The value of a real one-element tensor, None for any other (a non-scalar root, a meta tensor)."""
+    if tensor.numel() != 1 or tensor.is_complex() or tensor.is_meta:
+        return None
+    return float(tensor.item())
 
 
 def _version(tensor: torch.Tensor | None) -> int:
