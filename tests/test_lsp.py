@@ -19,7 +19,7 @@ from pygls.lsp.client import LanguageClient
 from pygls.workspace import PositionCodec, Workspace
 
 from gradlint.cli import main
-from gradlint.lsp import GradlintServer, did_open, publish, to_range
+from gradlint.lsp import GradlintServer, code_action, did_open, publish, to_range
 from gradlint.rules.loss_accumulation import LossAccumulation
 
 REPOSITORY = Path(__file__).parent.parent
@@ -197,6 +197,27 @@ def test_a_broken_config_is_shown_once_and_lints_nothing(tmp_path: Path) -> None
     assert [p.diagnostics for p in ls.published] == [[], []]
     [message] = ls.messages
     assert "'select' must be a list of strings" in message
+
+
+def test_a_quick_fix_is_offered_only_when_it_passes_the_check_fix_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gradlint.analysis.evaluation import Evaluation
+    from tests.test_fix import EPOCHS
+
+    def titles(ls: FakeServer, uri: str) -> list[str]:
+        [diagnostic] = ls.published[-1].diagnostics
+        context = types.CodeActionContext(diagnostics=[diagnostic])
+        params = types.CodeActionParams(types.TextDocumentIdentifier(uri), diagnostic.range, context)
+        return [action.title for action in code_action(ls, params) if isinstance(action, types.CodeAction)]
+
+    ls = FakeServer(tmp_path)
+    uri = open_in(ls, tmp_path / "train.py", EPOCHS)
+    assert "GL009: run the evaluation code under `torch.no_grad()` (unsafe: review the change)" in titles(ls, uri)
+    # A fix that would put the training loop under no_grad brings GL013: it is not offered.
+    monkeypatch.setattr(Evaluation, "no_grad_target", lambda self, call: (self.collected.contexts[call].loops[0],))
+    uri = open_in(ls, tmp_path / "other.py", EPOCHS)
+    assert titles(ls, uri) == ["GL009: add `# noqa: GL009`"]
 
 
 def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
