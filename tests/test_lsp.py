@@ -246,8 +246,8 @@ def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
             if isinstance(action, types.CodeAction) and action.edit and action.edit.changes
             for edit in action.edit.changes[uri]
         }
-        fix = edits["GL001: use `.item()` to drop the graph"]
-        assert fix == types.TextEdit(range=point(LEAK_LINE, 21), new_text=".item()")
+        fix = edits["GL001: use `.detach()` to drop the graph"]  # `total` is returned: it stays a tensor
+        assert fix == types.TextEdit(range=point(LEAK_LINE, 21), new_text=".detach()")
         noqa = edits["GL001: add `# noqa: GL001`"]
         assert noqa == types.TextEdit(
             range=point(LEAK_LINE, len(BUGGY.splitlines()[LEAK_LINE])), new_text="  # noqa: GL001"
@@ -273,7 +273,7 @@ def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
         assert fix_all is not None and [action.kind for action in fix_all] == ["source.fixAll.gradlint"]
         assert isinstance(fix_all[0], types.CodeAction) and fix_all[0].edit and fix_all[0].edit.changes
         [whole] = fix_all[0].edit.changes[uri]
-        assert whole.new_text == BUGGY.replace("total += loss ", "total += loss.item() ")
+        assert whole.new_text == BUGGY.replace("total += loss ", "total += loss.detach() ")
 
         editor.change(uri, fix.new_text, where=fix.range)
         assert await editor.diagnostics(uri) == []
