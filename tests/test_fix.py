@@ -603,9 +603,7 @@ def test_gl002_no_fix_when_the_clear_would_not_run_exactly_when_the_step_does() 
         ("def train(model, loader, optimizer, criterion, *batch):", False),
     ],
 )
-def test_gl005_retain_graph_removal_is_safe_only_when_no_caller_can_share_the_graph(
-    signature: str, safe: bool
-) -> None:
+def test_gl005_retain_graph_removal_is_safe_only_when_no_caller_can_share_the_graph(signature: str, safe: bool) -> None:
     body = textwrap.indent(GL005_RETAIN.replace("import torch\n\n", ""), "    ")
     if "train_loader" in signature:
         body = body.replace("in loader", "in train_loader")
