@@ -182,3 +182,33 @@ probe = {expression}
 def test_mxnet_files_are_out_of_scope() -> None:
     source = "from mxnet import autograd\nfor x in data:\n    loss = net(x)\n    loss.backward()\n    trainer.step(1)\n"
     assert lint_source(source, "mx.py") == []
+
+
+NOQA_LEAK = """\
+import torch
+
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    total += loss{comment}
+"""
+
+
+@pytest.mark.parametrize(
+    ("comment", "silenced"),
+    [
+        ("  # noqa", True),
+        ("  # noqa: GL001", True),
+        ("  # noqa: GL00", True),  # codes are prefixes, as in flake8
+        ("  # noqa: GL0", True),
+        ("  # noqa: E501,GL00", True),
+        ("  # noqa: GL01", False),  # not a prefix of GL001
+        ("  # noqa: GL0011", False),
+        ("  # noqa: GL002", False),
+    ],
+)
+def test_noqa_codes_are_matched_as_prefixes(comment: str, silenced: bool) -> None:
+    found = lint_source(NOQA_LEAK.format(comment=comment), "train.py")
+    assert [d.code for d in found] == ([] if silenced else ["GL001"])

@@ -30,6 +30,8 @@ NOQA_VARIANTS = {
     "bare.py": "  # noqa",
     "coded.py": "  # noqa: GL001",
     "prefix.py": "  # noqa:GL",
+    "digit_prefix.py": "  # noqa: GL00",  # a prefix of GL001: silences it
+    "other_prefix.py": "  # noqa: GL01",  # not a prefix of GL001
     "other_code.py": "  # noqa: GL002",
     "no_space.py": "  #noqa",
     "upper.py": "  # NOQA: GL001, E501",
@@ -83,7 +85,7 @@ def test_flake8_reports_what_gradlint_reports(project: Path) -> None:
 def test_noqa_is_honoured_the_same_way(project: Path) -> None:
     flake8 = run(sys.executable, "-m", "flake8", "--isolated", "--select", "GL", "src/noqa", cwd=project)
     reported = {Path(line.split(":")[0]).name for line in flake8}
-    assert reported == {"plain.py", "other_code.py", "no_space.py"}
+    assert reported == {"plain.py", "other_code.py", "no_space.py", "other_prefix.py"}
     assert flake8 == run(sys.executable, "-m", "gradlint", "--quiet", "src/noqa", cwd=project)
 
 

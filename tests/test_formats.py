@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,9 @@ def test_every_format_module_is_registered_under_its_cli_name() -> None:
 def test_sarif_is_valid_against_the_official_schema() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     if not SCHEMA.is_file():
+        # CI provides shared/ beside the clone: there a missing schema is a broken setup, not a skip.
+        if os.environ.get("CI"):
+            pytest.fail(f"no SARIF schema at {SCHEMA}")
         pytest.skip(f"no SARIF schema at {SCHEMA}")
     log = json.loads(
         sarif.render(
@@ -71,6 +76,9 @@ def test_sarif_describes_every_rule_with_its_help_link() -> None:
         assert by_id[code]["shortDescription"]["text"] == rule.summary()
     [result] = run["results"]
     assert rules[result["ruleIndex"]]["id"] == result["ruleId"] == "GL001"
+    # Every finding fails the gate: code scanning shows `error`, and so do the rules' defaults.
+    assert result["level"] == "error"
+    assert {rule["defaultConfiguration"]["level"] for rule in rules} == {"error"}
     location = result["locations"][0]["physicalLocation"]
     assert location["artifactLocation"] == {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
     assert location["region"] == {"startLine": 9, "startColumn": 5, "endLine": 9, "endColumn": 23}
@@ -136,3 +144,13 @@ def test_show_source_is_refused_with_other_formats(tmp_path: Path, monkeypatch: 
     result = CliRunner().invoke(main, ["--show-source", "--format", "json", "."])
     assert result.exit_code == 2
     assert "--show-source works with the text format only" in result.stderr
+
+
+def test_a_missing_schema_fails_the_schema_test_in_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "SCHEMA", tmp_path / "missing.json")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no SARIF schema"):
+        test_sarif_is_valid_against_the_official_schema()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        test_sarif_is_valid_against_the_official_schema()

@@ -210,7 +210,6 @@ def test_internal_error_is_isolated_to_its_rule_and_never_cached(project: Path, 
 
 
 @pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
-@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="workers must inherit the test's rule")
 def test_a_worker_that_dies_costs_only_its_file(project: Path) -> None:
     (project / "crash.py").write_text(STEP + "# CRASH\n")
     with registered(Crashing):
