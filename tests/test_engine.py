@@ -212,3 +212,27 @@ for x, y in loader:
 def test_noqa_codes_are_matched_as_prefixes(comment: str, silenced: bool) -> None:
     found = lint_source(NOQA_LEAK.format(comment=comment), "train.py")
     assert [d.code for d in found] == ([] if silenced else ["GL001"])
+
+
+CLIP_AFTER_STEP = """\
+import torch
+
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+
+
+def test_gl007_tells_a_clip_after_the_step_from_one_before_the_next_backward() -> None:
+    from gradlint.rules.clip_order import AFTER_STEP, ClipOrder
+
+    # The gradients were cleared after the step: the clip runs on the next backward's
+    # gradients too late, i.e. before that backward; without the clear, it clips applied ones.
+    [cleared] = lint_source(CLIP_AFTER_STEP, "train.py")
+    assert (cleared.code, cleared.message) == ("GL007", ClipOrder.message)
+    found = lint_source(CLIP_AFTER_STEP.replace("    optimizer.zero_grad()\n", ""), "train.py")
+    [uncleared] = [d for d in found if d.code == "GL007"]
+    assert (uncleared.code, uncleared.message) == ("GL007", AFTER_STEP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -235,3 +236,28 @@ def test_internal_error_in_a_worker_exits_2(project: Path) -> None:
     assert result.exit_code == 2
     assert "GL999 internal error in GL991, please report" in result.stdout
     assert "GL002" in result.stdout
+
+
+def test_editing_any_source_file_of_gradlint_changes_the_cache_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A copy of the package stands in for it, so that a rule can be "edited" without touching the real one.
+    from gradlint import cache
+
+    package = tmp_path / "gradlint"
+    shutil.copytree(cache._PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "_PACKAGE", package)
+
+    def digest() -> str:
+        cache._source_digest.cache_clear()
+        return cache._source_digest()
+
+    before = digest()
+    assert digest() == before  # stable while nothing changes
+    rule = package / "rules" / "loss_accumulation.py"
+    rule.write_text(rule.read_text().replace("CONTAINER_METHODS", "CONTAINER_METHOD_NAMES"))
+    edited = digest()
+    assert edited != before  # same file names, new content: a different fingerprint
+    (package / "rules" / "loss_accumulation.py").rename(package / "rules" / "loss_accumulation_renamed.py")
+    assert digest() != edited
+    cache._source_digest.cache_clear()
