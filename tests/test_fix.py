@@ -614,3 +614,63 @@ def test_gl005_retain_graph_removal_is_safe_only_when_no_caller_can_share_the_gr
     [finding] = lint_source(source, "train.py")
     assert finding.code == "GL005"
     assert finding.fix is not None and finding.fix.safe is safe
+
+
+# What each fixable rule's fix writes, or removes, on the lines it changes.
+FIX_SIGNS = {
+    "GL001": (r"\.(detach|item)\(\)", True),
+    "GL002": (r"\.zero_grad\(\)", True),
+    "GL003": (r"with (torch\.)?no_grad\(\):", True),
+    "GL005": (r"retain_graph=True", False),
+    "GL007": (r"\.unscale_\(", True),
+    "GL009": (r"with (torch\.)?no_grad\(\):", True),
+    "GL011": (r"\.step\(", False),
+}
+
+
+@pytest.mark.parametrize("code", sorted(FIX_SIGNS))
+def test_every_fix_a_rule_offers_on_its_fixtures_removes_its_finding_and_writes_the_fix(code: str) -> None:
+    import re
+
+    from gradlint.fix import verify_fix
+    from gradlint.rule import all_rules
+
+    rule = all_rules()[code]
+    folder = Path(__file__).parent.parent / "fixtures" / rule.__module__.rsplit(".", 1)[-1]
+    sign, added = FIX_SIGNS[code]
+    checked = 0
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text()
+        before = lint_source(text, str(path))
+        for diagnostic in (d for d in before if d.code == code and d.fix is not None):
+            assert verify_fix(text, diagnostic.fix, str(path), before=before) is None, (path, diagnostic.line)
+            after = apply_edits(text, diagnostic.fix.edits)
+            still = [(d.code, d.message) for d in lint_source(after, str(path)) if d.code == code]
+            assert len(still) < sum(d.code == code for d in before), (path, diagnostic.line)
+            old, new = (len(re.findall(sign, t)) for t in (text, after))
+            assert new > old if added else new < old, (path, diagnostic.line)
+            checked += 1
+    assert checked >= 1, f"no fix of {code} is exercised by its fixtures"
+
+
+def test_gl009_an_environment_step_in_a_greedy_evaluation_loop_is_not_training() -> None:
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        def evaluate(q_network, envs, episodes):
+            q_network.eval()
+            obs = envs.reset()
+            returns = []
+            while len(returns) < episodes:
+                actions = q_network(torch.as_tensor(obs)).argmax(dim=1)
+                obs, reward, done, info = envs.step(actions.numpy())
+                returns.extend(reward[done])
+            return returns
+        """
+    )
+    [finding] = lint_source(source, "eval.py")
+    assert finding.code == "GL009" and finding.fix is not None
+    assert "    with torch.no_grad():\n        while len(returns) < episodes:\n" in fixed(source, unsafe=True)
+    trains = source.replace("envs.step(actions.numpy())", "agent.step(actions.numpy())")
+    assert [d.fix for d in lint_source(trains, "eval.py") if d.code == "GL009"] in ([None], [])

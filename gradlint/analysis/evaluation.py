@@ -47,6 +47,8 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "is
 GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "requires_grad_"})
 # Calls of unknown effect that may train: never moved under no_grad by a fix.
 MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|grad|attack|advers|perturb).*")
+# `env.step(action)` advances a simulator: evaluation loops of RL agents call it.
+ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|sim)")
 END = 1 << 62
 MAX_CALLER_DEPTH = 4
 
@@ -144,11 +146,18 @@ class Evaluation:
             if isinstance(node, cst.Call):
                 if _asks_for_gradients(node):
                     return False
-                if MIGHT_TRAIN.fullmatch(last_name(node.func) or "") and not self.forwards.is_forward(node):
+                if self._might_train(node):
                     return False
             elif _enables_requires_grad(node):  # type: ignore[arg-type]  # statements are small statements here
                 return False
         return True
+
+    def _might_train(self, call: cst.Call) -> bool:
+        """A call of unknown effect named like training (not the model's forward, not an environment's step)."""
+        if not MIGHT_TRAIN.fullmatch(last_name(call.func) or "") or self.forwards.is_forward(call):
+            return False
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        return receiver is None or not ENVIRONMENT.fullmatch(last_name(receiver) or "")
 
     def regions(self, scope: Scope) -> list[Region]:
         """The evaluation regions of one scope."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
@@ -52,12 +54,13 @@ class RetainGraphOveruse(Rule):
     A later backward in another module is not seen.
 
     Fix safety
-    Removing `retain_graph=True` is safe only where no later backward can reach the
+    Removing `retain_graph=True` is offered only where no later backward can reach the
     graph: no backward follows in the step or the loop, the loss is not returned or kept
-    on `self`, the backward is not in a helper reached from a caller, and nothing a
-    caller passed in feeds the loss (only the model, the criterion, the optimizer and
-    batches drawn from a loader may). Where a parameter that may carry a caller's graph
-    feeds the loss, the fix is unsafe.
+    on `self`, the backward is not in a helper reached from a caller, and the loss is not
+    computed from a value the loop carries into its next iteration (an undetached RNN
+    state: there the cure is `.detach()`, and removing the flag would raise). It is safe
+    when nothing a caller passed in feeds the loss (only the model, the criterion, the
+    optimizer and batches drawn from a loader may), unsafe otherwise.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
@@ -115,9 +118,46 @@ class RetainGraphOveruse(Rule):
         flags = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "retain_graph"]
         if not (len(flags) == 1 and isinstance(flags[0], cst.Name) and flags[0].value == "True"):
             return None
+        if self._carried_round_the_loop(event) or self._handed_on(self.analysis.context(call).function, event):
+            return None  # a later backward (the next iteration's, a caller's) may go through this graph
         safe = not self._may_share_a_callers_graph(event)
         fix = without_keyword(call, "retain_graph")
         return replace_node(self.analysis, call, fix, "remove `retain_graph=True`", safe=safe)
+
+    def _handed_on(self, function: cst.FunctionDef | None, event: Event) -> bool:
+        """Whether `function` returns the loss or keeps it on `self`, where other code may backpropagate it."""
+        if function is None or event.value is None:
+            return False
+        keys = set(names_in(event.value))
+        handed = (_handed_on(statement) for statement in self.analysis.statements_in(function))
+        return any(keys & set(names_in(value)) for value in handed if value is not None)
+
+    def _carried_round_the_loop(self, event: Event) -> bool:
+        """Whether the loss is computed from a value the loop carries from one iteration to the next.
+
+        Ex) `logits, hidden = model(x, hidden)` without `hidden.detach()`: each iteration's
+        graph extends the last one's, so a later backward reaches it again.
+        """
+        analysis = self.analysis
+        if not event.loops or event.value is None:
+            return False
+        loop, order = event.loops[-1], analysis.collected.order
+        pending = [(event.value, analysis.statement_of(event.node))]  # type: ignore[arg-type]  # a backward is a call
+        seen: set[tuple[str, cst.CSTNode]] = set()
+        while pending:
+            value, where = pending.pop()
+            for name in _prefixes(names_in(value)):  # `logits.flatten(...)` reads `logits`
+                if (name, where) in seen:
+                    continue
+                seen.add((name, where))
+                for definition in analysis.origins.definitions(name, where):
+                    node = definition.node
+                    if node not in order or loop not in analysis.context(node).loops:
+                        continue  # from before the loop, or from outside the scope
+                    if order[node] >= order[where]:
+                        return True  # bound later in the loop body: carried from the last iteration
+                    pending.append((definition.value, node))
+        return False
 
     def _may_share_a_callers_graph(self, event: Event) -> bool:
         """Whether the graph may hold tensors a caller passed in, which a caller's later backward could reach.
@@ -146,9 +186,7 @@ class RetainGraphOveruse(Rule):
         # Ex) self.loss = loss (another method backpropagates it again)
         if not isinstance(scope, cst.FunctionDef) or any(e.kind is Kind.STEP for e in events):
             return False
-        keys = set(names_in(event.value)) if event.value is not None else set()
-        handed = [_handed_on(statement) for statement in self.analysis.statements_in(scope)]
-        return any(keys & set(names_in(value)) for value in handed if value is not None)
+        return self._handed_on(scope, event)
 
     def _graph_built_before(self, event: Event, loop: Loop) -> bool:
         """Whether the backpropagated value comes from a graph built before `loop`."""
@@ -233,6 +271,12 @@ def _handed_on(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
     ):
         return statement.value
     return None
+
+
+def _prefixes(names: Iterable[str]) -> Iterator[str]:
+    for name in names:
+        parts = name.split(".")
+        yield from (".".join(parts[: index + 1]) for index in range(len(parts)))
 
 
 def _creates_graph(node: cst.CSTNode) -> bool:
