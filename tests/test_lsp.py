@@ -345,7 +345,7 @@ def test_shutdown_without_exit_ends_the_server_when_the_editor_goes_away(tmp_pat
         process = editor.client._server
         assert process is not None and process.stdin is not None
         process.stdin.close()  # the editor quits without sending `exit`
-        assert await asyncio.wait_for(process.wait(), TIMEOUT) is not None
+        assert await asyncio.wait_for(process.wait(), TIMEOUT) == 0  # shut down cleanly, so exits with 0
         await asyncio.wait_for(editor.client.stop(), TIMEOUT)
 
     run_editor(tmp_path, session)

@@ -305,3 +305,11 @@ def test_a_failing_check_is_reported_and_the_script_goes_on(tmp_path: Path, monk
     report = build_report(str(tmp_path / "script.py"), [], run)
     assert "internal error in the tracer (_after_backward: ValueError: boom)" in report.summary()
     assert report.exit_code() == 2
+
+
+def test_every_rule_the_tracer_checks_has_a_clean_look_alike() -> None:
+    from gradlint.runtime.report import CHECKED_CODES
+
+    for code in sorted(CHECKED_CODES):
+        clean = FIXTURES / f"gl{code[2:]}_clean.py"
+        assert clean.is_file() and not markers(clean, ""), code
