@@ -14,13 +14,13 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import astuple
+from dataclasses import asdict, astuple
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from gradlint.config import Config
-from gradlint.rule import Diagnostic, Edit, Fix, all_rules
+from gradlint.rule import Diagnostic, Edit, Fix, Related, all_rules
 
 CACHE_DIR = ".gradlint_cache"
 _PACKAGE = Path(__file__).parent
@@ -99,6 +99,7 @@ def _encode(diagnostic: Diagnostic) -> dict[str, object]:
     fix = diagnostic.fix
     if fix is not None:
         fields["fix"] = {"description": fix.description, "safe": fix.safe, "edits": [astuple(e) for e in fix.edits]}
+    fields["related"] = [asdict(place) for place in diagnostic.related]
     return fields
 
 
@@ -107,4 +108,5 @@ def _decode(item: Any) -> Diagnostic:
     if fix is not None:
         edits = tuple(Edit(*edit) for edit in fix["edits"])
         item["fix"] = Fix(description=fix["description"], edits=edits, safe=fix["safe"])
+    item["related"] = tuple(Related(**place) for place in item["related"])
     return Diagnostic(**item)

@@ -73,8 +73,14 @@ class Config:
         return pathspec.GitIgnoreSpec.from_lines([*self.exclude, *self.extend_exclude])
 
     def with_overrides(self, **overrides: object) -> Config:
-        """A copy with the given non-None fields replaced (command-line flags win)."""
+        """A copy with the given non-None fields replaced (command-line flags win).
+
+        A `select` given replaces the configured selection whole, its `ignore` included,
+        as in Ruff; an `ignore` given with it still applies. per-file-ignores stay.
+        """
         given = {key: value for key, value in overrides.items() if value is not None}
+        if "select" in given:
+            given.setdefault("ignore", ())
         config = replace(self, **given)  # type: ignore[arg-type]  # keys are checked by dataclasses.replace
         validate_codes(config)
         return config

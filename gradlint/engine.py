@@ -12,14 +12,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodeRange
 
 from gradlint import notebook
 from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.cache import ResultCache
 from gradlint.config import Config
 from gradlint.files import Missing, discover
-from gradlint.rule import Diagnostic, Rule, all_rules
+from gradlint.rule import Diagnostic, Related, Reported, Rule, all_rules
 
 PARSE_ERROR = ("GL000", "parse-error")
 INTERNAL_ERROR = ("GL999", "internal-error")
@@ -224,8 +223,7 @@ def _run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[D
             message = f"internal error in {rule.code}, please report: {type(error).__name__}: {error}"
             diagnostics.append(_diagnostic(INTERNAL_ERROR, path, 1, 1, message))
             continue
-        for node, message, fix in rule.reported:
-            diagnostics.append(_at(analysis.positions[node], rule, path, message, fix))
+        diagnostics.extend(_at(analysis, rule, path, reported) for reported in rule.reported)
     return sorted(set(diagnostics))
 
 
@@ -241,7 +239,13 @@ def _run_rule(rule: Rule, analysis: ModuleAnalysis) -> None:
                 visit(node)
 
 
-def _at(position: CodeRange, rule: Rule, path: str, message: str, fix: object) -> Diagnostic:
+def _at(analysis: ModuleAnalysis, rule: Rule, path: str, reported: Reported) -> Diagnostic:
+    position = analysis.positions[reported.node]
+    related = []
+    for node, note in reported.related:
+        where = analysis.positions[node]
+        start, end = where.start, where.end
+        related.append(Related(path, start.line, start.column + 1, end.line, end.column + 1, note))
     return Diagnostic(
         path=path,
         line=position.start.line,
@@ -250,8 +254,9 @@ def _at(position: CodeRange, rule: Rule, path: str, message: str, fix: object) -
         end_line=position.end.line,
         end_column=position.end.column + 1,
         name=rule.name,
-        message=message,
-        fix=fix,  # type: ignore[arg-type]  # Rule.reported holds Fix | None
+        message=reported.message,
+        fix=reported.fix,
+        related=tuple(dict.fromkeys(related)),  # each place once, in the order given
     )
 
 

@@ -24,7 +24,7 @@ from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
 from gradlint.fix import fix_source, verify_fix
-from gradlint.rule import LINE_BREAK, Diagnostic, Fix, all_rules
+from gradlint.rule import LINE_BREAK, Diagnostic, Fix, Related, all_rules
 
 SOURCE = "gradlint"
 SETTLE_SECONDS = 0.15
@@ -77,7 +77,7 @@ def _lines(document: TextDocument) -> list[str]:
     return LINE_BREAK.split(document.source)
 
 
-def _span(diagnostic: Diagnostic) -> tuple[int, int, int, int]:
+def _span(diagnostic: Diagnostic | Related) -> tuple[int, int, int, int]:
     return diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column
 
 
@@ -126,11 +126,21 @@ def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
     return found
 
 
-def to_lsp(diagnostic: Diagnostic, lines: Sequence[str], codec: PositionCodec) -> types.Diagnostic:
-    """The LSP form of a finding in a document of `lines`, with its code, its rule's docs link and the source."""
+def to_lsp(
+    diagnostic: Diagnostic, lines: Sequence[str], codec: PositionCodec, uri: str | None = None
+) -> types.Diagnostic:
+    """The LSP form of a finding in the document `uri` of `lines`: code, docs link, source, related places."""
     rule = all_rules().get(diagnostic.code)
     failed = diagnostic.code in (PARSE_ERROR[0], INTERNAL_ERROR[0])
+    related = [
+        types.DiagnosticRelatedInformation(
+            location=types.Location(uri=uri, range=to_range(lines, codec, _span(place))), message=place.note
+        )
+        for place in diagnostic.related
+        if uri is not None and place.path == diagnostic.path  # places in this document, which `lines` hold
+    ]
     return types.Diagnostic(
+        related_information=related or None,
         range=to_range(lines, codec, _span(diagnostic)),
         message=diagnostic.message,
         severity=types.DiagnosticSeverity.Error if failed else types.DiagnosticSeverity.Warning,
@@ -146,7 +156,7 @@ def publish(ls: GradlintServer, uri: str) -> None:
     document = ls.workspace.get_text_document(uri)
     found = findings(ls, uri)
     lines = _lines(document) if found else []
-    diagnostics = [to_lsp(diagnostic, lines, document.position_codec) for diagnostic in found]
+    diagnostics = [to_lsp(diagnostic, lines, document.position_codec, uri) for diagnostic in found]
     ls.text_document_publish_diagnostics(
         types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version)
     )
@@ -251,7 +261,7 @@ def _quick_fixes(ls: GradlintServer, params: types.CodeActionParams) -> list[typ
     verified = partial(_verified, ls, document, found)
     actions = []
     for diagnostic in found:
-        lsp_diagnostic = to_lsp(diagnostic, lines, document.position_codec)
+        lsp_diagnostic = to_lsp(diagnostic, lines, document.position_codec, uri)
         start = lsp_diagnostic.range.start
         if (diagnostic.code, start.line, start.character) not in named and not _overlaps(
             lsp_diagnostic.range, params.range

@@ -69,14 +69,19 @@ class Notebook:
             return diagnostic
         # A finding on the first marker line (GL999 and some GL000 are reported at 1:1)
         # belongs to the first line of the first cell.
-        position = max(bisect.bisect_right(self.starts, diagnostic.line) - 1, 0)
-        offset = min(self.starts[position] - 1, diagnostic.line - 1)
-        return replace(
-            diagnostic,
-            cell=self.cells[position],
-            line=diagnostic.line - offset,
-            end_line=max(diagnostic.end_line - offset, 1),
+        cell, line, end_line = self._place(diagnostic.line, diagnostic.end_line)
+        related = tuple(
+            replace(place, cell=cell_, line=line_, end_line=end_)
+            for place in diagnostic.related
+            for cell_, line_, end_ in [self._place(place.line, place.end_line)]
         )
+        return replace(diagnostic, cell=cell, line=line, end_line=end_line, related=related)
+
+    def _place(self, line: int, end_line: int) -> tuple[int, int, int]:
+        """The cell, line and end line within it of a span of `source`."""
+        position = max(bisect.bisect_right(self.starts, line) - 1, 0)
+        offset = min(self.starts[position] - 1, line - 1)
+        return self.cells[position], line - offset, max(end_line - offset, 1)
 
     def line(self, cell: int, line: int) -> str | None:
         """The original text of `line` (1-based) of `cell`, or None if there is no such line."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -39,6 +40,22 @@ class Fix:
     safe: bool = True
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place in the code that explains a finding: where a value got its graph, the backward that freed it.
+
+    `path` is the finding's file unless the place is in another; `cell` as in Diagnostic.
+    """
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    note: str
+    cell: int | None = None
+
+
 @dataclass(frozen=True, order=True)
 class Diagnostic:
     """One finding. Lines and columns are 1-based, as flake8, ruff and SARIF print them.
@@ -57,6 +74,17 @@ class Diagnostic:
     name: str = field(compare=False)
     message: str = field(compare=False)
     fix: Fix | None = field(default=None, compare=False)
+    related: tuple[Related, ...] = field(default=(), compare=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What a rule reported, before the engine turns nodes into positions."""
+
+    node: cst.CSTNode
+    message: str
+    fix: Fix | None
+    related: tuple[tuple[cst.CSTNode, str], ...]
 
 
 class Rule:
@@ -87,11 +115,21 @@ class Rule:
 
     def __init__(self, analysis: ModuleAnalysis) -> None:
         self.analysis = analysis
-        self.reported: list[tuple[cst.CSTNode, str, Fix | None]] = []
+        self.reported: list[Reported] = []
 
-    def report(self, node: cst.CSTNode, message: str | None = None, fix: Fix | None = None) -> None:
-        """Record a finding at `node`, with this rule's message unless a variant is given."""
-        self.reported.append((node, message or self.message, fix))
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str | None = None,
+        fix: Fix | None = None,
+        related: Sequence[tuple[cst.CSTNode, str]] = (),
+    ) -> None:
+        """Record a finding at `node`, with this rule's message unless a variant is given.
+
+        `related` are (node, note) pairs: the other places of this module that explain the
+        finding, in the order a reader should visit them.
+        """
+        self.reported.append(Reported(node, message or self.message, fix, tuple(related)))
 
     def check_module(self) -> None:
         """Hook: called once per module."""

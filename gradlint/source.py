@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from gradlint import notebook
-from gradlint.rule import Diagnostic
+from gradlint.rule import Diagnostic, Related
 
 # LibCST counts CRLF, CR and LF as line breaks, and nothing else (unlike str.splitlines).
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -18,8 +18,8 @@ class SourceLines:
     def __init__(self) -> None:
         self._files: dict[str, list[str] | notebook.Notebook | None] = {}
 
-    def line(self, diagnostic: Diagnostic) -> str | None:
-        """The finding's line without its line break, or None if it cannot be read."""
+    def line(self, diagnostic: Diagnostic | Related) -> str | None:
+        """The line a finding (or a place related to it) points at, without its line break; None if unreadable."""
         if diagnostic.path not in self._files:
             self._files[diagnostic.path] = _read(Path(diagnostic.path))
         source = self._files[diagnostic.path]

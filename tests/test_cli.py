@@ -53,10 +53,8 @@ def test_clean_file_exits_zero(project: Path) -> None:
 def test_findings_exit_one_in_flake8_format(project: Path) -> None:
     code, out, err = run("buggy.py")
     assert code == 1
-    assert (
-        out
-        == "buggy.py:5:5: GL002 gradients are never cleared in this training step, so each step adds onto the last\n"
-    )
+    message = "the gradients that `optimizer` steps with are never cleared, so each step adds onto the last"
+    assert out == f"buggy.py:5:5: GL002 {message}\n"
     # `optimizer` only looks like an optimizer: GL002 offers no fix without proof.
     assert err.strip() == "Found 1 problem in 1 file."
 
@@ -84,7 +82,25 @@ def test_json_format(project: Path) -> None:
         "end_column": 20,
         "code": "GL002",
         "name": "missing-zero-grad",
-        "message": "gradients are never cleared in this training step, so each step adds onto the last",
+        "message": "the gradients that `optimizer` steps with are never cleared, so each step adds onto the last",
+        "related": [
+            {
+                "path": "buggy.py",
+                "line": 3,
+                "column": 1,
+                "end_line": 6,
+                "end_column": 21,
+                "note": "nothing in this loop clears the gradients",
+            },
+            {
+                "path": "buggy.py",
+                "line": 6,
+                "column": 5,
+                "end_line": 6,
+                "end_column": 21,
+                "note": "steps with the gradients of every backward so far",
+            },
+        ],
     }
 
 

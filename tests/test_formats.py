@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from gradlint import Diagnostic
 from gradlint.cli import main
 from gradlint.formats import formats, github, json_lines, sarif, text
-from gradlint.rule import all_rules
+from gradlint.rule import Related, all_rules
 
 SCHEMA = Path(__file__).parent.parent.parent / "shared" / "schemas" / "sarif-2.1.0.json"
 LEAK = """\
@@ -27,6 +28,12 @@ for x, y in loader:
 \toptimizer.step()
 \ttotal_loss += loss
 """
+
+
+RELATED = (
+    Related("src/train.py", 6, 5, 6, 35, "`loss` gets its autograd graph here"),
+    Related("src/train.py", 4, 1, 9, 23, "each iteration of this loop adds another graph"),
+)
 
 
 def diagnostic(**changes: object) -> Diagnostic:
@@ -58,7 +65,8 @@ def test_sarif_is_valid_against_the_official_schema() -> None:
         sarif.render(
             [
                 diagnostic(),
-                diagnostic(path="/abs/dir with space/nb.ipynb", cell=3),
+                diagnostic(related=RELATED),
+                diagnostic(path="/abs/dir with space/nb.ipynb", cell=3, related=(replace(RELATED[0], cell=3),)),
                 diagnostic(code="GL000", name="parse-error", message="syntax error"),
             ]
         )
@@ -136,7 +144,20 @@ def test_show_source_from_the_command_line(tmp_path: Path, monkeypatch: pytest.M
     Path("leak.py").write_text(LEAK)
     result = CliRunner().invoke(main, ["--show-source", "leak.py"])
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[1:] == ["    \ttotal_loss += loss", "    \t^^^^^^^^^^^^^^^^^^"]
+    # The offending line, then each related place with its note, its line and carets.
+    assert result.stdout.splitlines()[1:] == [
+        "    \ttotal_loss += loss",
+        "    \t^^^^^^^^^^^^^^^^^^",
+        "  leak.py:6:2: note: `loss` gets its autograd graph here",
+        "    \tloss = criterion(model(x), y)",
+        "    \t^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "  leak.py:4:1: note: each iteration of this loop adds another graph",
+        "    for x, y in loader:",
+        "    ^^^^^^^^^^^^^^^^^^^",
+        "  leak.py:7:2: note: backward frees the step's buffers, but the graph stays referenced",
+        "    \tloss.backward()",
+        "    \t^^^^^^^^^^^^^^^",
+    ]
 
 
 def test_show_source_is_refused_with_other_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,3 +175,43 @@ def test_a_missing_schema_fails_the_schema_test_in_ci(monkeypatch: pytest.Monkey
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
         test_sarif_is_valid_against_the_official_schema()
+
+
+def test_sarif_carries_related_locations_and_the_findings_story_as_a_code_flow() -> None:
+    [run] = json.loads(sarif.render([diagnostic(related=RELATED)]))["runs"]
+    [result] = run["results"]
+    first, second = result["relatedLocations"]
+    assert first["id"] == 1 and first["message"] == {"text": "`loss` gets its autograd graph here"}
+    assert first["physicalLocation"]["region"] == {"startLine": 6, "startColumn": 5, "endLine": 6, "endColumn": 35}
+    assert second["physicalLocation"]["region"]["startLine"] == 4
+    [flow] = result["codeFlows"]
+    steps = [step["location"] for step in flow["threadFlows"][0]["locations"]]
+    assert [step["physicalLocation"]["region"]["startLine"] for step in steps] == [6, 4, 9]  # then the finding
+    assert steps[-1]["message"] == result["message"]
+
+
+def test_a_finding_without_related_places_has_no_related_keys_in_sarif() -> None:
+    [result] = json.loads(sarif.render([diagnostic()]))["runs"][0]["results"]
+    assert "relatedLocations" not in result and "codeFlows" not in result
+
+
+def test_github_annotations_fold_the_notes_into_the_message() -> None:
+    line = github.render([diagnostic(related=RELATED)])
+    assert line.endswith(
+        "::a tensor with autograd history is accumulated"
+        "%0Aline 6: `loss` gets its autograd graph here%0Aline 4: each iteration of this loop adds another graph\n"
+    )
+
+
+def test_json_and_json_lines_list_the_related_places() -> None:
+    [found] = json.loads(formats()["json"]([diagnostic(related=RELATED)]))
+    assert found["related"][0] == {
+        "path": "src/train.py",
+        "line": 6,
+        "column": 5,
+        "end_line": 6,
+        "end_column": 35,
+        "note": "`loss` gets its autograd graph here",
+    }
+    [line] = json_lines.render([diagnostic(related=RELATED)]).splitlines()
+    assert json.loads(line)["related"] == found["related"]

@@ -136,7 +136,8 @@ def test_symlink_loops_are_reported_not_followed(tmp_path: Path) -> None:
     assert out.splitlines() == [
         "a.py:1:1: GL000 cannot lint: too many levels of symbolic links",
         "b.py:1:1: GL000 cannot lint: too many levels of symbolic links",
-        f"sub/train.py:{FINDING} gradients are never cleared in this training step, so each step adds onto the last",
+        f"sub/train.py:{FINDING} the gradients that `opt` steps with are never cleared,"
+        " so each step adds onto the last",
     ]
 
 

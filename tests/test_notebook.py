@@ -120,14 +120,18 @@ def test_directories_include_notebooks_and_text_names_the_cell(project: Path) ->
     code, out = run(".")
     assert code == 1
     assert out == (
-        "train.ipynb:cell 3:7:5: GL001 a tensor with autograd history is accumulated across iterations,"
-        " keeping every step's graph alive\n"
+        "train.ipynb:cell 3:7:5: GL001 `total_loss` keeps `loss`, a tensor with autograd history, across iterations:"
+        " every step's graph stays alive\n"
     )
 
 
 def test_show_source_prints_the_cell_line(project: Path) -> None:
     _, out = run("--show-source", "train.ipynb")
-    assert out.splitlines()[1:] == ["        total_loss += loss", "        ^^^^^^^^^^^^^^^^^^"]
+    lines = out.splitlines()
+    assert lines[1:3] == ["        total_loss += loss", "        ^^^^^^^^^^^^^^^^^^"]
+    # Related places name their own cell and line, and show that cell's line.
+    assert lines[3] == "  train.ipynb:cell 3:4:5: note: `loss` gets its autograd graph here"
+    assert lines[4].strip() == "loss = criterion(model(x), y)"
 
 
 def test_json_and_sarif_carry_the_cell(project: Path) -> None:
@@ -137,7 +141,17 @@ def test_json_and_sarif_carry_the_cell(project: Path) -> None:
     # SARIF regions count the file's (JSON) lines: the place in the cell goes in properties.
     assert result["properties"] == {"cell": 3, "startLine": 7, "startColumn": 5, "endLine": 7, "endColumn": 23}
     assert "region" not in result["locations"][0]["physicalLocation"]
-    assert result["message"]["text"].startswith("cell 3, line 7: a tensor with autograd history")
+    assert result["message"]["text"].startswith("cell 3, line 7: `total_loss` keeps `loss`")
+    assert result["relatedLocations"][0]["message"]["text"] == "cell 3, line 4: `loss` gets its autograd graph here"
+    assert finding["related"][0] == {
+        "path": "train.ipynb",
+        "cell": 3,
+        "line": 4,
+        "column": 5,
+        "end_line": 4,
+        "end_column": 34,
+        "note": "`loss` gets its autograd graph here",
+    }
 
 
 def test_fix_changes_code_cells_only_and_is_idempotent(project: Path) -> None:

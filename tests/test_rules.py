@@ -79,3 +79,27 @@ def test_codes_and_names_are_unique() -> None:
 def test_a_duplicate_code_fails_at_definition() -> None:
     with pytest.raises(TypeError, match="duplicate rule code"):
         type("Clash", (Rule,), {"code": RULES[0].code})
+
+
+RELATED = re.compile(r"#\s*related:\s*(?P<codes>GL\d{3}(?:\s*,\s*GL\d{3})*)")
+
+
+@pytest.mark.parametrize("code", sorted(all_rules()))
+def test_findings_explain_themselves_with_related_locations(code: str) -> None:
+    # A line marked `# related: GL001` must be a related location of a GL001 finding in its file.
+    rule = all_rules()[code]
+    marked, related = set(), set()
+    for path in sorted((FIXTURES / rule.__module__.rsplit(".", 1)[-1]).glob("*.py")):
+        source = path.read_text()
+        for number, line in enumerate(source.splitlines(), start=1):
+            match = RELATED.search(line)
+            if match and code in match["codes"]:
+                marked.add((path.name, number))
+        for diagnostic in lint_source(source, str(path)):
+            if diagnostic.code != code:
+                continue
+            for place in diagnostic.related:
+                assert place.path == diagnostic.path and place.note and 0 < place.line <= len(source.splitlines())
+                related.add((path.name, place.line))
+    assert marked, f"no fixture of {code} marks a related location"
+    assert marked <= related

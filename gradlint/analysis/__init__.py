@@ -187,6 +187,22 @@ class ModuleAnalysis:
                     changed = True
         return names
 
+    def sources(self, expression: cst.BaseExpression, at: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements of this scope that gave the names `expression` reads the values they hold at `at`."""
+        found: dict[cst.CSTNode, None] = {}
+        for name in names_in(expression):
+            parts = name.split(".")
+            for key in (".".join(parts[: index + 1]) for index in range(len(parts))):
+                for definition in self.origins.definitions(key, at):
+                    if definition.node in self.collected.order:  # not OUTSIDE: bound in this scope
+                        found[definition.node] = None
+        return sorted(found, key=self.collected.order.__getitem__)
+
+    def code(self, node: cst.CSTNode, limit: int = 40) -> str:
+        """The source of `node` on one line, shortened to `limit` characters: for naming values in messages."""
+        text = " ".join(self.module.code_for_node(node).split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
     def is_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Whether `expression` carries autograd history just before statement `at`."""
         return self.values.is_grad(expression, at)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradlint.rule import Diagnostic
+from gradlint.rule import Diagnostic, Related
 
 
 def render(diagnostics: Sequence[Diagnostic]) -> str:
@@ -23,9 +23,19 @@ def _annotation(diagnostic: Diagnostic) -> str:
         # Annotation lines are lines of the file, which in a notebook are JSON: annotate
         # the whole file and say where in the cell.
         message = f"cell {diagnostic.cell}, line {diagnostic.line}: {message}"
+    if diagnostic.related:
+        # An annotation has one place: the others go into its text, one per line.
+        notes = (f"{_where(place, diagnostic)}: {place.note}" for place in diagnostic.related)
+        message = "\n".join([message, *notes])
     properties["title"] = f"{diagnostic.code} {diagnostic.name}"
     joined = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties.items())
     return f"::error {joined}::{_escape_data(message)}"
+
+
+def _where(place: Related, diagnostic: Diagnostic) -> str:
+    path = "" if place.path == diagnostic.path else f"{place.path}:"
+    cell = "" if place.cell is None else f"cell {place.cell}, "
+    return f"{path}{cell}line {place.line}"
 
 
 def _escape_data(text: str) -> str:

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from gradlint import __version__
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
-from gradlint.rule import Diagnostic, all_rules
+from gradlint.rule import Diagnostic, Related, all_rules
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://github.com/gradlint/gradlint"
@@ -93,7 +93,30 @@ def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, object]:
         del location["region"]
         result["properties"] = {"cell": diagnostic.cell, **region}
         result["message"] = {"text": f"cell {diagnostic.cell}, line {diagnostic.line}: {diagnostic.message}"}
+    if diagnostic.related:
+        places = [_related(index, place) for index, place in enumerate(diagnostic.related, start=1)]
+        result["relatedLocations"] = places
+        # The story of the finding, step by step: each related place, then the finding itself.
+        steps = [{"location": {k: v for k, v in place.items() if k != "id"}} for place in places]
+        steps.append({"location": {"physicalLocation": location, "message": result["message"]}})
+        result["codeFlows"] = [{"threadFlows": [{"locations": steps}]}]
     return result
+
+
+def _related(index: int, place: Related) -> dict[str, object]:
+    """A relatedLocation: where, and the note that says why it matters."""
+    physical: dict[str, object] = {"artifactLocation": _artifact(place.path)}
+    text = place.note
+    if place.cell is None:
+        physical["region"] = {
+            "startLine": place.line,
+            "startColumn": place.column,
+            "endLine": place.end_line,
+            "endColumn": place.end_column,
+        }
+    else:
+        text = f"cell {place.cell}, line {place.line}: {text}"
+    return {"id": index, "physicalLocation": physical, "message": {"text": text}}
 
 
 def _artifact(path: str) -> dict[str, str]:

@@ -72,14 +72,23 @@ class BackwardNonScalar(Rule):
             call = event.node
             if not isinstance(call, cst.Call) or event.value is None or _passes_gradient(call, event.value):
                 continue
-            if analysis.shapes.shape(event.value, analysis.statement_of(call)) is Shape.NON_SCALAR:
-                self.report(call)
+            statement = analysis.statement_of(call)
+            if analysis.shapes.shape(event.value, statement) is Shape.NON_SCALAR:
+                named = analysis.code(event.value)
+                sources = analysis.sources(event.value, statement)
+                self.report(
+                    call, related=[(source, f"`{named}` keeps one value per element here") for source in sources]
+                )
         for returned in analysis.lineage.backpropagated():
             if (
                 isinstance(returned.at, cst.Return)
                 and analysis.shapes.shape(returned.value, returned.at) is Shape.NON_SCALAR
             ):
-                self.report(returned.value, LIGHTNING_RETURN)
+                self.report(returned.value, LIGHTNING_RETURN, related=self._sources(returned.value, returned.at))
+
+    def _sources(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+        named = self.analysis.code(value)
+        return [(source, f"`{named}` keeps one value per element here") for source in self.analysis.sources(value, at)]
 
 
 def _passes_gradient(call: cst.Call, loss: cst.BaseExpression) -> bool:

@@ -72,12 +72,13 @@ class BackwardUnderNoGrad(Rule):
         for event in analysis.own_events(Kind.BACKWARD):
             if event.value is None or not isinstance(event.node, cst.Call):
                 continue
-            if analysis.no_grad_values.computed_without_grad(event.value, analysis.statement_of(event.node)):
-                self.report(event.node)
+            statement = analysis.statement_of(event.node)
+            if analysis.no_grad_values.computed_without_grad(event.value, statement):
+                self.report(event.node, related=self._computed(event.value, statement))
         for returned in analysis.lineage.backpropagated():
             no_grad = analysis.no_grad_values.computed_without_grad(returned.value, returned.at)
             if isinstance(returned.at, cst.Return) and no_grad:
-                self.report(returned.value, LIGHTNING_RETURN)
+                self.report(returned.value, LIGHTNING_RETURN, related=self._computed(returned.value, returned.at))
         scopes: list[Scope] = [analysis.module, *analysis.collected.functions]
         for scope in scopes:
             for event in analysis.events.scope_events(scope):
@@ -96,7 +97,13 @@ class BackwardUnderNoGrad(Rule):
         if not self._reenables_grad(analysis.context(backward).scope) and self._computed_in_helper(
             event.value, backward
         ):
-            self.report(site, WRAPPED_STEP)
+            self.report(site, WRAPPED_STEP, related=[(backward, "the helper backpropagates here")])
+
+    def _computed(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+        named = self.analysis.code(value)
+        return [
+            (source, f"`{named}` is computed with autograd off here") for source in self.analysis.sources(value, at)
+        ]
 
     def _computed_in_helper(self, value: cst.BaseExpression, backward: cst.Call) -> bool:
         """Whether the helper computes the loss itself rather than receiving it."""

@@ -90,9 +90,11 @@ class ClipOrder(Rule):
             if following is not None and following.kind is Kind.STEP:
                 self._check_unscaled(step, clip, before, after if cyclic else ())
             elif previous is not None and previous.kind is Kind.STEP and not _cleared_since(before, previous):
-                self.report(self._where(clip, previous), AFTER_STEP)
+                self.report(self._where(clip, previous), AFTER_STEP, related=[(previous.site, "the step already ran")])
             elif following is not None and (previous is None or previous.kind is Kind.STEP):
-                self.report(self._where(clip, following))
+                self.report(
+                    self._where(clip, following), related=[(following.site, "the gradients are computed only here")]
+                )
 
     def _where(self, clip: Event, neighbour: Event) -> cst.CSTNode:
         """The clip call, or the call leading to it from the function where `neighbour` is written."""
@@ -108,7 +110,8 @@ class ClipOrder(Rule):
                 return
             if event.kind is Kind.BACKWARD:
                 if event.via_scaler or self._scaled_value(event):
-                    self.report(self._where(clip, event), SCALED, self._unscale_first(step, clip))
+                    story = [(event.site, "the gradients are scaled by this backward")]
+                    self.report(self._where(clip, event), SCALED, self._unscale_first(step, clip), story)
                 return
 
     def _scaled_value(self, backward: Event) -> bool:

@@ -63,4 +63,4 @@ class DoubleBackward(Rule):
         # file filter in `requires` looks for "backward" (or Lightning's "training_step").
         for reuse in self.analysis.freed_graphs.reuses():
             if reuse.kind is Kind.BACKWARD:
-                self.report(reuse.node)
+                self.report(reuse.node, related=[(reuse.freed_by, "this earlier backward frees the graph")])

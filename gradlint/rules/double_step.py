@@ -71,7 +71,8 @@ class DoubleStep(Rule):
             for scaled in (event for event in steps if event.via_scaler and event.target == direct.target):
                 first, second = sorted((direct, scaled), key=step.events.index)
                 if not branches.exclusive(first, second):
-                    self.report(direct.node, fix=self._keep_scaled(direct, scaled))
+                    story = [(scaled.site, "the GradScaler steps the same optimizer here")]
+                    self.report(direct.node, fix=self._keep_scaled(direct, scaled), related=story)
                     break
 
     def _keep_scaled(self, direct: Event, scaled: Event) -> Fix | None:

@@ -69,7 +69,10 @@ class EvalWithoutNoGrad(Rule):
 
     def check_module(self) -> None:
         for call in self.analysis.evaluation.graph_building_forwards():
-            self.report(call, fix=self._wrap_loop(call))
+            loop = self.analysis.context(call).loops[-1]
+            model = self.analysis.code(call.func)
+            message = f"`{model}` runs outside torch.no_grad() in evaluation code, recording a graph that is never used"
+            self.report(call, message, self._wrap_loop(call), [(loop, "every iteration records a graph")])
 
     def _wrap_loop(self, call: cst.Call) -> Fix | None:
         """Run the evaluation code under `torch.no_grad()`: unsafe, as code of other modules may need gradients."""

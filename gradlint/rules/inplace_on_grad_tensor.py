@@ -8,6 +8,7 @@ from gradlint.analysis import Kind
 from gradlint.analysis.mutations import InPlace
 from gradlint.rule import Rule
 
+INPLACE_ERROR = "'modified by an inplace operation'"
 SAVED = "a tensor saved for backward is modified in place, so backward raises 'modified by an inplace operation'"
 BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
 
@@ -69,12 +70,19 @@ class InplaceOnGradTensor(Rule):
         for operation in analysis.mutations.operations:
             if not analysis.callers.with_grad(operation.statement) or analysis.mutations.is_update(operation):
                 continue
+            target = analysis.code(operation.target)
+            sources = analysis.sources(operation.target, operation.statement)
             if analysis.leaves.is_leaf(operation.target, operation.statement):
-                self.report(operation.node)
+                self.report(
+                    operation.node, related=[(source, f"`{target}` requires grad from here") for source in sources]
+                )
             elif analysis.graphs.saved_for_backward(operation.target, operation.statement) and self._backpropagated(
                 operation
             ):
-                self.report(operation.node, SAVED)
+                story = [(source, f"`{target}` is computed here and saved for backward") for source in sources]
+                story += [(site, "backward needs the saved value here") for site in self._backwards_after(operation)]
+                named = f"`{target}`, saved for backward, is modified in place, so backward raises {INPLACE_ERROR}"
+                self.report(operation.node, named, related=story)
 
     def _backpropagated(self, operation: InPlace) -> bool:
         """Whether a backward may run through the modified tensor after the operation."""
@@ -88,6 +96,17 @@ class InplaceOnGradTensor(Rule):
             return True
         sites = self.analysis.callers.call_sites(scope)
         return any(self._backward_after(self.analysis.context(site).scope, site) for site in sites)
+
+    def _backwards_after(self, operation: InPlace) -> list[cst.CSTNode]:
+        """The first backward of the operation's scope that runs after it, if any."""
+        order = self.analysis.collected.order
+        scope = self.analysis.context(operation.statement).scope
+        after = [
+            event.site
+            for event in self.analysis.events.scope_events(scope)
+            if event.kind in BACKPROPAGATING and order[event.site] > order[operation.statement]
+        ]
+        return after[:1]
 
     def _backward_after(self, scope: cst.FunctionDef | cst.Module, node: cst.CSTNode) -> bool:
         order = self.analysis.collected.order

@@ -54,7 +54,7 @@ class IntRequiresGrad(Rule):
         at = self.analysis.statement_of(node)
         if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
             if _enables(node) and dtypes.dtype_of(func.value, at) is DtypeKind.INTEGRAL:
-                self.report(node)
+                self.report(node, related=self._made(func.value, at))
             return
         # Ex) nn.Parameter(torch.arange(n)): parameters require gradients by default.
         if (
@@ -65,7 +65,7 @@ class IntRequiresGrad(Rule):
             and _positional_count(node) < 2
             and dtypes.dtype_of(node.args[0].value, at) is DtypeKind.INTEGRAL
         ):
-            self.report(node)
+            self.report(node, related=self._made(node.args[0].value, at))
 
     def _is_parameter(self, func: cst.BaseExpression) -> bool:
         resolved = self.analysis.imports.resolve(func) or ""
@@ -83,7 +83,14 @@ class IntRequiresGrad(Rule):
                 and attribute.attr.value == "requires_grad"
                 and self.analysis.dtypes.dtype_of(attribute.value, node) is DtypeKind.INTEGRAL
             ):
-                self.report(node)
+                self.report(node, related=self._made(attribute.value, node))
+
+    def _made(self, tensor: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+        """Where the integer tensor was made."""
+        named = self.analysis.code(tensor)
+        return [
+            (source, f"`{named}` is made with an integer dtype here") for source in self.analysis.sources(tensor, at)
+        ]
 
 
 def _keyword_is(call: cst.Call, keyword: str, value: str) -> bool:

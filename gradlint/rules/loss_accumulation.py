@@ -116,7 +116,35 @@ class LossAccumulation(Rule):
             return
         if isinstance(context.scope, cst.FunctionDef) and key in analysis.backpropagated_names(context.scope):
             return  # kept on purpose: the function backpropagates the kept values later
-        self.report(statement, fix=self._fix(statement, key, value))
+        self.report(
+            statement,
+            self._named(key, value),
+            self._fix(statement, key, value),
+            self._story(statement, value, region_node),
+        )
+
+    def _named(self, key: str, value: cst.BaseExpression) -> str:
+        kept = self.analysis.code(value)
+        return (
+            f"`{key}` keeps `{kept}`, a tensor with autograd history, across iterations: every step's graph stays alive"
+        )
+
+    def _story(
+        self,
+        statement: cst.BaseSmallStatement,
+        value: cst.BaseExpression,
+        region: cst.For | cst.While | cst.FunctionDef,
+    ) -> list[tuple[cst.CSTNode, str]]:
+        """Where the value got its graph, the loop that keeps adding one, and the backward that leaves it alive."""
+        analysis = self.analysis
+        named = analysis.code(value)
+        story = [(source, f"`{named}` gets its autograd graph here") for source in analysis.sources(value, statement)]
+        each = "iteration of this loop" if not isinstance(region, cst.FunctionDef) else "call of this method"
+        story.append((region, f"each {each} adds another graph"))
+        backward = next((e for e in analysis.events.region_events(region) if e.kind is Kind.BACKWARD), None)
+        if backward is not None:
+            story.append((backward.site, "backward frees the step's buffers, but the graph stays referenced"))
+        return story
 
     def _fix(self, statement: cst.BaseSmallStatement, key: str, value: cst.BaseExpression) -> Fix | None:
         # Ex) preds = torch.cat([preds, logits]): the value checked is synthesized, not in the tree.

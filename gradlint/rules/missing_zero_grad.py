@@ -66,13 +66,31 @@ class MissingZeroGrad(Rule):
         backwards = step.of_kind(Kind.BACKWARD)
         uncleared = self._uncleared_backward(step)
         if uncleared is not None:
-            self.report(uncleared.site, fix=self._clear_first(step, uncleared))
+            self.report(uncleared.site, self._named(step), self._clear_first(step, uncleared), self._story(step))
             return
+        steps = [(event.site, "the optimizer steps here") for event in step.of_kind(Kind.STEP)]
         for clear in step.of_kind(Kind.CLEAR):
             if self._between_backward_and_step(step, clear):
-                self.report(clear.site, CLEAR_BEFORE_STEP)
+                before = [(event.site, "the gradients are computed here") for event in backwards[:1]]
+                self.report(clear.site, CLEAR_BEFORE_STEP, related=[*before, *steps])
             elif self._discards_accumulation(step, clear, backwards):
-                self.report(clear.site, CLEAR_EVERY_MICRO_BATCH)
+                self.report(clear.site, CLEAR_EVERY_MICRO_BATCH, related=[(step.node, "each micro-batch"), *steps])
+
+    def _named(self, step: TrainingStep) -> str:
+        optimizers = [event.value for event in step.of_kind(Kind.STEP) if event.value is not None]
+        if not optimizers:
+            return self.message
+        names = " and ".join(dict.fromkeys(f"`{self.analysis.code(value)}`" for value in optimizers))
+        return f"the gradients that {names} steps with are never cleared, so each step adds onto the last"
+
+    def _story(self, step: TrainingStep) -> list[tuple[cst.CSTNode, str]]:
+        """The training step that never clears, and the optimizer steps that apply the summed gradients."""
+        where = "function" if isinstance(step.node, cst.FunctionDef) else "loop"
+        story: list[tuple[cst.CSTNode, str]] = [(step.node, f"nothing in this {where} clears the gradients")]
+        story += [
+            (event.site, "steps with the gradients of every backward so far") for event in step.of_kind(Kind.STEP)
+        ]
+        return story
 
     def _uncleared_backward(self, step: TrainingStep) -> Event | None:
         clears = step.of_kind(Kind.CLEAR)

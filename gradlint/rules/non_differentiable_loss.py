@@ -76,11 +76,12 @@ class NonDifferentiableLoss(Rule):
             value, statement = backpropagated.value, backpropagated.at
             lineage = analysis.lineage.of(value, statement)
             leaf = self._new_leaf(value, statement, lineage.live)
+            backward = [(statement, f"`{analysis.code(value)}` is backpropagated here")]
             if leaf is not None:
-                self.report(leaf, NEW_LEAF)
+                self.report(leaf, NEW_LEAF, related=backward)
             elif not lineage.live:
                 for operation in lineage.cuts:
-                    self.report(operation)
+                    self.report(operation, related=backward)
 
     def _new_leaf(self, value: cst.BaseExpression, at: cst.CSTNode, live: bool) -> cst.CSTNode | None:
         """The `torch.tensor(x, requires_grad=True)` or `requires_grad_()` that makes the loss a new leaf."""

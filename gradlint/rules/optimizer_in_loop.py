@@ -81,13 +81,14 @@ class OptimizerInLoop(Rule):
             context = analysis.context(call)
             if len(context.ifs) > base_ifs:
                 continue  # a lazy or periodic rebuild: `if optimizer is None:`
+            story = [(region, "every pass through this training step builds it again")]
             if self._constructs_optimizer(call):
                 if not self._over_fresh_parameters(call, region):
-                    self.report(call)
+                    self.report(call, related=story)
                 continue
             helper = analysis.events.resolve_helper(call)
             if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
-                self.report(call)
+                self.report(call, related=[(helper, "this helper builds an optimizer or GradScaler"), *story])
 
     def _runs_construction(self, function: cst.FunctionDef, depth: int) -> bool:
         # Ex) a `make_optimizer(model)` or `self.setup()` helper called on every step

@@ -105,10 +105,17 @@ class RetainGraphOveruse(Rule):
         later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
         if not later and self._hands_graph_to_caller(scope, event, events):
             return
+        story = [(source, "the retained graph is built here") for source in self._sources(event)[-1:]]
         if not later:
-            self.report(event.node, fix=self._drop_retain_graph(event))
+            where = [(loop, "nothing in this loop backpropagates through it again")] if loop is not None else []
+            self.report(event.node, fix=self._drop_retain_graph(event), related=[*story, *where])
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
-            self.report(event.node, SUMMABLE)
+            self.report(event.node, SUMMABLE, related=[*story, (later[0].site, "the next backward, right after it")])
+
+    def _sources(self, event: Event) -> list[cst.CSTNode]:
+        if event.value is None or not isinstance(event.node, cst.Call):
+            return []
+        return self.analysis.sources(event.value, self.analysis.statement_of(event.node))
 
     def _drop_retain_graph(self, event: Event) -> Fix | None:
         """Remove `retain_graph=True`; not in a helper, whose other callers may need the graph."""

@@ -74,7 +74,22 @@ class UpdateOutsideNoGrad(Rule):
         analysis = self.analysis
         for update in analysis.mutations.updates:
             if analysis.callers.with_grad(update.statement):
-                self.report(update.node, REBINDING if update.rebinding else None, self._fix(update))
+                message = REBINDING if update.rebinding else self._named(update)
+                self.report(update.node, message, self._fix(update), self._story(update))
+
+    def _named(self, update: ManualUpdate) -> str:
+        target = self.analysis.code(update.target)
+        return f"`{target}`, a leaf that requires grad, is updated in place outside torch.no_grad(), which raises"
+
+    def _story(self, update: ManualUpdate) -> list[tuple[cst.CSTNode, str]]:
+        """Where the updated tensor was made a leaf that requires grad."""
+        target = self.analysis.code(update.target)
+        sources = self.analysis.sources(update.target, update.statement)
+        story: list[tuple[cst.CSTNode, str]] = [(source, f"`{target}` requires grad from here") for source in sources]
+        loops = self.analysis.context(update.statement).loops
+        if not story and loops:
+            story.append((loops[-1], "updated on every iteration, with autograd recording"))
+        return story
 
     def _fix(self, update: ManualUpdate) -> Fix | None:
         no_grad = reference(self.analysis.imports, "torch.no_grad")
