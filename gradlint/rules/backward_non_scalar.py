@@ -8,6 +8,7 @@ from gradlint.analysis import Kind
 from gradlint.analysis.shapes import Shape
 from gradlint.rule import Rule
 
+SCALAR_ERROR = "'grad can be implicitly created only for scalar outputs'"
 LIGHTNING_RETURN = (
     "training_step returns a loss that is not a scalar; Lightning calls backward() on it, "
     "which raises 'grad can be implicitly created only for scalar outputs'"
@@ -75,10 +76,8 @@ class BackwardNonScalar(Rule):
             statement = analysis.statement_of(call)
             if analysis.shapes.shape(event.value, statement) is Shape.NON_SCALAR:
                 named = analysis.code(event.value)
-                sources = analysis.sources(event.value, statement)
-                self.report(
-                    call, related=[(source, f"`{named}` keeps one value per element here") for source in sources]
-                )
+                message = f"backward() is called without a gradient on `{named}`, which is not a scalar, so it raises "
+                self.report(call, message + SCALAR_ERROR, related=self._sources(event.value, statement))
         for returned in analysis.lineage.backpropagated():
             if (
                 isinstance(returned.at, cst.Return)

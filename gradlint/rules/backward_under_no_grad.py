@@ -10,6 +10,7 @@ from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE
 from gradlint.rule import Rule
 
+GRAD_ERROR = "'element 0 of tensors does not require grad'"
 LIGHTNING_RETURN = (
     "training_step returns a loss computed with autograd off; Lightning's backward() on it raises "
     "'element 0 of tensors does not require grad'"
@@ -74,7 +75,10 @@ class BackwardUnderNoGrad(Rule):
                 continue
             statement = analysis.statement_of(event.node)
             if analysis.no_grad_values.computed_without_grad(event.value, statement):
-                self.report(event.node, related=self._computed(event.value, statement))
+                named = (
+                    f"backward() is called on `{analysis.code(event.value)}`, computed with autograd off, so it raises "
+                )
+                self.report(event.node, named + GRAD_ERROR, related=self._computed(event.value, statement))
         for returned in analysis.lineage.backpropagated():
             no_grad = analysis.no_grad_values.computed_without_grad(returned.value, returned.at)
             if isinstance(returned.at, cst.Return) and no_grad:

@@ -11,7 +11,6 @@ from gradlint.analysis.names import last_name
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
-AFTER_STEP = "gradients are clipped after optimizer.step(), so the update already used the unclipped gradients"
 SCALED = (
     "gradients are clipped while still multiplied by the GradScaler's scale, "
     "so the threshold is meaningless; call scaler.unscale_(optimizer) first"
@@ -90,10 +89,16 @@ class ClipOrder(Rule):
             if following is not None and following.kind is Kind.STEP:
                 self._check_unscaled(step, clip, before, after if cyclic else ())
             elif previous is not None and previous.kind is Kind.STEP and not _cleared_since(before, previous):
-                self.report(self._where(clip, previous), AFTER_STEP, related=[(previous.site, "the step already ran")])
+                step_call = self.analysis.code(previous.site)
+                named = f"gradients are clipped after `{step_call}`, so the update already used them unclipped"
+                self.report(self._where(clip, previous), named, related=[(previous.site, "the step already ran")])
             elif following is not None and (previous is None or previous.kind is Kind.STEP):
+                backward_call = self.analysis.code(following.site)
+                named = f"gradients are clipped before `{backward_call}`, so the new gradients are not clipped"
                 self.report(
-                    self._where(clip, following), related=[(following.site, "the gradients are computed only here")]
+                    self._where(clip, following),
+                    named,
+                    related=[(following.site, "the gradients are computed only here")],
                 )
 
     def _where(self, clip: Event, neighbour: Event) -> cst.CSTNode:

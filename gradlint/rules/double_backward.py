@@ -63,4 +63,6 @@ class DoubleBackward(Rule):
         # file filter in `requires` looks for "backward" (or Lightning's "training_step").
         for reuse in self.analysis.freed_graphs.reuses():
             if reuse.kind is Kind.BACKWARD:
-                self.report(reuse.node, related=[(reuse.freed_by, "this earlier backward frees the graph")])
+                call, freeing = self.analysis.code(reuse.node), self.analysis.code(reuse.freed_by)
+                named = f"`{call}` runs through a graph that `{freeing}` already freed; this raises at runtime"
+                self.report(reuse.node, named, related=[(reuse.freed_by, "this earlier backward frees the graph")])

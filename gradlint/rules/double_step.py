@@ -72,7 +72,11 @@ class DoubleStep(Rule):
                 first, second = sorted((direct, scaled), key=step.events.index)
                 if not branches.exclusive(first, second):
                     story = [(scaled.site, "the GradScaler steps the same optimizer here")]
-                    self.report(direct.node, fix=self._keep_scaled(direct, scaled), related=story)
+                    named = (
+                        f"`{direct.target}` is stepped directly and by `{self.analysis.code(scaled.site)}`, "
+                        "so the parameters are updated twice"
+                    )
+                    self.report(direct.node, named, self._keep_scaled(direct, scaled), story)
                     break
 
     def _keep_scaled(self, direct: Event, scaled: Event) -> Fix | None:

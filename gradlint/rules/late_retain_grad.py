@@ -71,7 +71,8 @@ class LateRetainGrad(Rule):
         if self._handed_to_caller(key, node):
             return
         if self._existed_before(key, node, before[-1]):
-            self.report(node, related=[(before[-1].site, "the backward pass already ran here")])
+            named = f"`{key}.retain_grad()` is called after the backward pass, so `{key}.grad` stays None"
+            self.report(node, named, related=[(before[-1].site, "the backward pass already ran here")])
 
     def _reaches_same_tensor(self, later: Event, key: str, call: cst.Call) -> bool:
         """Whether a later backward may run through the tensor `key` holds at `call`."""

@@ -81,7 +81,11 @@ class NonDifferentiableLoss(Rule):
                 self.report(leaf, NEW_LEAF, related=backward)
             elif not lineage.live:
                 for operation in lineage.cuts:
-                    self.report(operation, related=backward)
+                    cut = analysis.code(operation)
+                    named = (
+                        f"`{analysis.code(value)}` reaches the model output only through `{cut}`, which has no gradient"
+                    )
+                    self.report(operation, f"{named}, so nothing learns", related=backward)
 
     def _new_leaf(self, value: cst.BaseExpression, at: cst.CSTNode, live: bool) -> cst.CSTNode | None:
         """The `torch.tensor(x, requires_grad=True)` or `requires_grad_()` that makes the loss a new leaf."""

@@ -84,11 +84,17 @@ class OptimizerInLoop(Rule):
             story = [(region, "every pass through this training step builds it again")]
             if self._constructs_optimizer(call):
                 if not self._over_fresh_parameters(call, region):
-                    self.report(call, related=story)
+                    self.report(call, self._named(call), related=story)
                 continue
             helper = analysis.events.resolve_helper(call)
             if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
                 self.report(call, related=[(helper, "this helper builds an optimizer or GradScaler"), *story])
+
+    def _named(self, call: cst.Call) -> str:
+        built = self.analysis.code(call.func)
+        return (
+            f"`{built}` is built inside the training loop, so its state (momentum, Adam moments, loss scale) restarts"
+        )
 
     def _runs_construction(self, function: cst.FunctionDef, depth: int) -> bool:
         # Ex) a `make_optimizer(model)` or `self.setup()` helper called on every step

@@ -108,9 +108,14 @@ class RetainGraphOveruse(Rule):
         story = [(source, "the retained graph is built here") for source in self._sources(event)[-1:]]
         if not later:
             where = [(loop, "nothing in this loop backpropagates through it again")] if loop is not None else []
-            self.report(event.node, fix=self._drop_retain_graph(event), related=[*story, *where])
+            loss = self._loss(event)
+            named = f"retain_graph=True keeps `{loss}`'s graph alive but nothing backpropagates through it again"
+            self.report(event.node, named, self._drop_retain_graph(event), [*story, *where])
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
             self.report(event.node, SUMMABLE, related=[*story, (later[0].site, "the next backward, right after it")])
+
+    def _loss(self, event: Event) -> str:
+        return self.analysis.code(event.value) if event.value is not None else "the loss"
 
     def _sources(self, event: Event) -> list[cst.CSTNode]:
         if event.value is None or not isinstance(event.node, cst.Call):
