@@ -229,6 +229,15 @@ def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
         assert diagnostic.range == types.Range(
             start=types.Position(line=LEAK_LINE, character=8), end=types.Position(line=LEAK_LINE, character=21)
         )
+        # The places that explain the finding, clickable in the editor.
+        related = diagnostic.related_information or []
+        assert [info.message for info in related] == [
+            "`loss` gets its autograd graph here",
+            "each iteration of this loop adds another graph",
+            "backward frees the step's buffers, but the graph stays referenced",
+        ]
+        assert {info.location.uri for info in related} == {uri}
+        assert [info.location.range.start.line for info in related] == [LEAK_LINE - 3, LEAK_LINE - 5, LEAK_LINE - 2]
         assert diagnostic.code_description is not None
         assert diagnostic.code_description.href == LossAccumulation.docs_url()
 
