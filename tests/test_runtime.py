@@ -26,7 +26,7 @@ from click.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from gradlint.cli import main  # noqa: E402  (after the skip: these tests need torch)
-from gradlint.rule import Diagnostic  # noqa: E402
+from gradlint.rule import Diagnostic, Related  # noqa: E402
 from gradlint.runtime import command  # noqa: E402
 from gradlint.runtime.errors import candidate_codes, default_code  # noqa: E402
 from gradlint.runtime.events import EventWriter  # noqa: E402
@@ -313,3 +313,28 @@ def test_every_rule_the_tracer_checks_has_a_clean_look_alike() -> None:
     for code in sorted(CHECKED_CODES):
         clean = FIXTURES / f"gl{code[2:]}_clean.py"
         assert clean.is_file() and not markers(clean, ""), code
+
+
+def test_confirmed_findings_carry_static_and_measured_evidence(traced: dict[str, Traced]) -> None:
+    [leak] = [f for f in traced["gl001_bug.py"].findings if f["code"] == "GL001" and f["status"] == "confirmed"]
+    assert "`loss` gets its autograd graph here" in [place["note"] for place in leak["related"]]
+    held = leak["observed"]["graph_nodes_per_step"]
+    assert held == sorted(held) and leak["observed"]["growth_per_step"] > 0  # the graph grows every step
+    stale = [f for f in traced["gl002_bug.py"].findings if f["code"] == "GL002" and f["status"] == "confirmed"]
+    assert stale and all(f["observed"]["ratio_last_to_first"] > 1 for f in stale)  # norms add up without a clear
+    unconfirmed = [f for run in traced.values() for f in run.findings if f["status"] != "confirmed"]
+    assert all(f["observed"] == {} for f in unconfirmed)
+
+
+def test_the_html_report_shows_static_evidence_beside_what_was_observed() -> None:
+    from gradlint.runtime.html import render_html
+    from gradlint.runtime.report import CONFIRMED, TracedFinding, TraceReport
+
+    related = (Related("t.py", 6, 5, 6, 9, "`loss` gets its graph"),)
+    finding = Diagnostic(
+        "t.py", 9, 5, "GL001", end_line=9, end_column=9, name="loss-accumulation", message="m", related=related
+    )
+    run = TraceRun(events=[{"kind": "step", "graph_nodes": n, "grad_norms": {}} for n in (5, 9, 13)], reason="steps")
+    page = render_html(TraceReport("t.py", [TracedFinding(finding, CONFIRMED, "`total` holds 2 graphs")], run))
+    assert "Static evidence" in page and "line 6: `loss` gets its graph" in page
+    assert "growth per step: <code>4" in page and "`total` holds 2 graphs" in page

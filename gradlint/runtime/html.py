@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from html import escape
 
@@ -54,12 +55,21 @@ def _findings(report: TraceReport) -> str:
     for finding in report.findings:
         d = finding.diagnostic
         badge = f"<span class=badge style='background:{_COLORS.get(finding.status, '#555')}'>{finding.status}</span>"
+        static = "".join(f"<li>line {place.line}: {escape(place.note)}</li>" for place in d.related)
+        observed = "".join(
+            f"<li>{escape(key.replace('_', ' '))}: <code>{escape(json.dumps(value))}</code></li>"
+            for key, value in report.observed(finding).items()
+        )
+        runtime = f"<li>{escape(finding.evidence)}</li>{observed}" if finding.evidence else observed
         rows.append(
             f"<tr><td>{badge}</td><td><code>{escape(d.path)}:{d.line}</code></td><td>{d.code} "
-            f"<code>{escape(d.name)}</code></td><td>{escape(d.message)}"
-            f"{'<br><b>Evidence:</b> ' + escape(finding.evidence) if finding.evidence else ''}</td></tr>"
+            f"<code>{escape(d.name)}</code></td><td>{escape(d.message)}</td>"
+            f"<td><ul>{static}</ul></td><td><ul>{runtime}</ul></td></tr>"
         )
-    header = "<tr><th>Status</th><th>Where</th><th>Rule</th><th>What</th></tr>"
+    header = (
+        "<tr><th>Status</th><th>Where</th><th>Rule</th><th>What</th>"
+        "<th>Static evidence</th><th>Observed at runtime</th></tr>"
+    )
     return f"<table>{header}{''.join(rows)}</table>"
 
 

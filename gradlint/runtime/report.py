@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +94,10 @@ class TraceReport:
 
     def as_dict(self) -> dict[str, object]:
         """The documented JSON object, as Python data: `findings` and `run`."""
-        findings = [{**as_dict(f.diagnostic), "status": f.status, "evidence": f.evidence} for f in self.findings]
+        findings = [
+            {**as_dict(f.diagnostic), "status": f.status, "evidence": f.evidence, "observed": self.observed(f)}
+            for f in self.findings
+        ]
         end = self.run.of_kind("end")
         run = {
             "reason": self.run.reason,
@@ -101,6 +107,28 @@ class TraceReport:
             "exception": None if self.exception is None else {k: v for k, v in self.exception.items() if k != "kind"},
         }
         return {"findings": findings, "run": run}
+
+    def observed(self, finding: TracedFinding) -> dict[str, object]:
+        """What the run measured that bears on a confirmed finding, step by step.
+
+        GL001: the autograd nodes the script's variables held after each step, and their
+        growth per step (a leak grows by about one step's graph each step). GL002: the total
+        gradient norm at each step, and its last-to-first ratio (without a clear, gradients
+        add up and the norm grows). Other rules: their evidence sentence says what was seen.
+        """
+        if finding.status != CONFIRMED:
+            return {}
+        steps = self.run.of_kind("step")
+        if finding.diagnostic.code == "GL001":
+            held = [nodes for step in steps if isinstance(nodes := step.get("graph_nodes"), int)]
+            growth = [after - before for before, after in itertools.pairwise(held)]
+            return {"graph_nodes_per_step": held, "growth_per_step": statistics.median(growth) if growth else None}
+        if finding.diagnostic.code == "GL002":
+            norms = [_total_norm(step.get("grad_norms")) for step in steps]
+            known = [norm for norm in norms if norm is not None]
+            ratio = known[-1] / known[0] if len(known) > 1 and known[0] else None
+            return {"grad_norm_per_step": norms, "ratio_last_to_first": ratio}
+        return {}
 
     def as_text(self) -> str:
         """One line per finding: `path:line:col: CODE message [STATUS] evidence`."""
@@ -114,6 +142,14 @@ class TraceReport:
 
 
 _STATUSES = (CONFIRMED, NOT_REPRODUCED, NOT_REACHED, RUNTIME_ONLY, NOT_CHECKED)
+
+
+def _total_norm(norms: object) -> float | None:
+    """The global L2 norm of a step's per-parameter gradient norms (None when there were none)."""
+    if not isinstance(norms, dict):
+        return None
+    values = [float(norm) for norm in norms.values() if isinstance(norm, (int, float))]
+    return math.sqrt(sum(value * value for value in values)) if values else None
 
 
 def build_report(
