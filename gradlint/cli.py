@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from gradlint import __version__
 from gradlint.cache import CACHE_DIR
 from gradlint.config import Config, ConfigError, load_config
-from gradlint.engine import INTERNAL_ERROR, lint_paths
+from gradlint.engine import INTERNAL_ERROR, Targets, find_targets, lint_targets
 from gradlint.fix import FileFix, fix_paths
 from gradlint.formats import formats, text
+from gradlint.noqa import add_noqa
 from gradlint.rule import Diagnostic, all_rules
 from gradlint.source import SourceLines
 
@@ -49,17 +52,22 @@ def main() -> None:
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--format", "output_format", type=click.Choice(sorted(formats())), default="text", show_default=True)
-@click.option("--select", help="Comma-separated codes or prefixes to report (overrides the config).")
-@click.option("--ignore", help="Comma-separated codes or prefixes to skip (overrides the config).")
+@click.option("--select", help="Comma-separated codes or prefixes to report (replaces the config's select and ignore).")
+@click.option("--ignore", help="Comma-separated codes or prefixes to skip (replaces the config's ignore).")
 @click.option("--exclude", help="Comma-separated gitignore-style patterns to skip, replacing the defaults.")
 @click.option("--extend-exclude", help="Comma-separated patterns to skip in addition to the defaults.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary or warnings.")
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when there are findings.")
 @click.option("--show-source", is_flag=True, help="Text format: print each offending line with a caret under it.")
+@click.option("--statistics", is_flag=True, help="Text format: print how many findings each code has instead.")
+@click.option(
+    "--output-file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here, not stdout."
+)
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply safe fixes in place, then report what remains.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the fixes as a unified diff instead; write nothing.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply fixes that need review.")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` comments that silence every current finding.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per core; 1: none).")
 @click.option("--no-cache", is_flag=True, help=f"Neither read nor write the result cache ({CACHE_DIR}/).")
 def check(
@@ -73,44 +81,101 @@ def check(
     quiet: bool,
     exit_zero: bool,
     show_source: bool,
+    statistics: bool,
+    output_file: Path | None,
     apply_fixes: bool,
     show_diff: bool,
     unsafe_fixes: bool,
+    add_noqa: bool,
     jobs: int | None,
     no_cache: bool,
 ) -> None:
     """Lint files and directories (recursing into *.py and *.ipynb) and report findings."""
-    if show_source and output_format != "text":
-        raise click.UsageError("--show-source works with the text format only")
-    targets = list(paths) or [Path(".")]
+    _check_usage(output_format, show_source, statistics, apply_fixes, show_diff, add_noqa)
+    paths = paths or (Path("."),)
     try:
-        config = load_config(targets[0], config_file).with_overrides(
+        config = load_config(paths[0], config_file).with_overrides(
             select=_codes(select),
             ignore=_codes(ignore),
             exclude=_patterns(exclude),
             extend_exclude=_patterns(extend_exclude),
         )
     except ConfigError as error:
-        click.echo(f"gradlint: error: {error}", err=True)
-        sys.exit(EXIT_ERROR)
+        _fail(str(error))
+    targets = find_targets(paths, config)
+    if not quiet:
+        _warn_about_empty(targets)
     cache = None if no_cache else config.root / CACHE_DIR
     if show_diff:
-        sys.exit(_show_diff(fix_paths(targets, config, unsafe_fixes, write=False, jobs=jobs, cache=cache), quiet))
+        sys.exit(
+            _show_diff(fix_paths(paths, config, unsafe_fixes, write=False, jobs=jobs, cache=cache), quiet, output_file)
+        )
     if apply_fixes:
-        diagnostics = _apply_fixes(fix_paths(targets, config, unsafe_fixes, jobs=jobs, cache=cache), quiet)
+        diagnostics = _apply_fixes(fix_paths(paths, config, unsafe_fixes, jobs=jobs, cache=cache), quiet)
     else:
-        diagnostics = sorted(lint_paths(targets, config, jobs=jobs, cache=cache))
-    render = partial(text.render, source_line=SourceLines().line) if show_source else formats()[output_format]
-    click.echo(render(diagnostics), nl=False)
+        diagnostics = sorted(lint_targets(targets, config, jobs=jobs, cache=cache))
+    if add_noqa:
+        diagnostics = _add_noqa(diagnostics, config, quiet)
+    _write(_renderer(output_format, show_source, statistics)(diagnostics), output_file)
     if not quiet:
-        click.echo(_summary(diagnostics), err=True)
+        click.echo(_summary(diagnostics, targets.checked), err=True)
     sys.exit(exit_code(diagnostics, exit_zero))
 
 
-def _show_diff(fixing: Iterable[FileFix], quiet: bool) -> int:
+def _check_usage(
+    output_format: str, show_source: bool, statistics: bool, apply_fixes: bool, show_diff: bool, add_noqa: bool
+) -> None:
+    """Raise UsageError for options that cannot go together."""
+    for flag, given in (("--show-source", show_source), ("--statistics", statistics)):
+        if given and output_format != "text":
+            raise click.UsageError(f"{flag} works with the text format only")
+    if show_source and statistics:
+        raise click.UsageError("--show-source cannot be combined with --statistics")
+    if add_noqa and (apply_fixes or show_diff):
+        raise click.UsageError("--add-noqa cannot be combined with --fix or --diff")
+    if statistics and show_diff:
+        raise click.UsageError("--statistics cannot be combined with --diff")
+
+
+def _renderer(output_format: str, show_source: bool, statistics: bool) -> Callable[[list[Diagnostic]], str]:
+    if statistics:
+        return render_statistics
+    if show_source:
+        return partial(text.render, source_line=SourceLines().line)
+    return formats()[output_format]
+
+
+def _write(report: str, output_file: Path | None) -> None:
+    """Print the report, or write it to `output_file` (even when it is empty, for CI to pick up)."""
+    if output_file is None:
+        click.echo(report, nl=False)
+        return
+    try:
+        output_file.parent.mkdir(parents=True, exist_ok=True)
+        output_file.write_text(report, encoding="utf-8")
+    except OSError as error:
+        _fail(f"cannot write {output_file}: {error.strerror or error}")
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"gradlint: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _warn_about_empty(targets: Targets) -> None:
+    """Say which paths named on the command line hold nothing to lint."""
+    for path in targets.empty:
+        if path.is_dir():
+            folder = str(path) if str(path).endswith("/") else f"{path}/"
+            click.echo(f"gradlint: warning: {folder} holds no file to lint (excluded or no Python files)", err=True)
+        else:
+            click.echo(f"gradlint: warning: {path} is excluded by the configuration; not linted", err=True)
+
+
+def _show_diff(fixing: Iterable[FileFix], quiet: bool, output_file: Path | None) -> int:
     """Print what --fix would change; 1 when it would change something."""
     results = list(fixing)
-    click.echo("".join(result.diff() for result in results), nl=False)
+    _write("".join(result.diff() for result in results), output_file)
     _report_rejected(results)
     fixes = sum(result.applied for result in results)
     if not quiet:
@@ -128,6 +193,18 @@ def _apply_fixes(fixing: Iterable[FileFix], quiet: bool) -> list[Diagnostic]:
     fixes = sum(result.applied for result in results)
     if not quiet and fixes:
         click.echo(f"Fixed {fixes} problem{'s' if fixes != 1 else ''}.", err=True)
+    return sorted(diagnostic for result in results for diagnostic in result.remaining)
+
+
+def _add_noqa(diagnostics: list[Diagnostic], config: Config, quiet: bool) -> list[Diagnostic]:
+    """Silence every finding with a `# noqa` comment; the findings no comment silences."""
+    results = list(add_noqa(diagnostics, config))
+    for result in results:
+        if result.skipped:
+            click.echo(f"gradlint: {result.path}: no noqa comment added: {result.skipped}", err=True)
+    if not quiet:
+        added = sum(result.added for result in results)
+        click.echo(f"Added {added} noqa comment{'s' if added != 1 else ''}.", err=True)
     return sorted(diagnostic for result in results for diagnostic in result.remaining)
 
 
@@ -218,9 +295,11 @@ def exit_code(diagnostics: list[Diagnostic], exit_zero: bool = False) -> int:
     return EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_CLEAN
 
 
-def _summary(diagnostics: list[Diagnostic]) -> str:
+def _summary(diagnostics: list[Diagnostic], checked: int) -> str:
+    if not diagnostics and not checked:
+        return "No Python files found to check."
     if not diagnostics:
-        return "All checks passed."
+        return f"All checks passed ({checked} file{'s' if checked != 1 else ''})."
     files = len({d.path for d in diagnostics})
     problems = "problem" if len(diagnostics) == 1 else "problems"
     return f"Found {len(diagnostics)} {problems} in {files} file{'s' if files != 1 else ''}{_fixable(diagnostics)}."
@@ -234,6 +313,17 @@ def _fixable(diagnostics: list[Diagnostic]) -> str:
     if unsafe:
         parts.append(f"({unsafe} more with --unsafe-fixes)" if safe else f"{unsafe} fixable with --unsafe-fixes")
     return "; " + " ".join(parts) if parts else ""
+
+
+def render_statistics(diagnostics: Sequence[Diagnostic]) -> str:
+    """How many findings each code has, most first, then the total, as Ruff's --statistics."""
+    counts = Counter((d.code, d.name) for d in diagnostics)
+    if not counts:
+        return ""
+    width = len(str(len(diagnostics)))
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    rows = [f"{count:>{width}}  {code}  {name}" for (code, name), count in ordered]
+    return "".join(f"  {row}\n" for row in [*rows, f"{len(diagnostics):>{width}}  total"])
 
 
 @main.command()
@@ -270,7 +360,7 @@ def rules_markdown() -> str:
 
 def rule_table() -> str:
     """The Markdown rule table of the README, generated from the rules themselves."""
-    rows = [f"| [{r.code}]({r.docs_url()}) | `{r.name}` | {r.summary()} |" for r in all_rules().values()]
+    rows = [f"| [{r.code}](docs/rules.md#{r.anchor()}) | `{r.name}` | {r.summary()} |" for r in all_rules().values()]
     return "\n".join(["| Code | Name | What it finds |", "| --- | --- | --- |", *rows]) + "\n"
 
 

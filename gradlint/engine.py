@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
@@ -9,6 +10,7 @@ import tokenize
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
@@ -16,14 +18,14 @@ import libcst as cst
 from gradlint import notebook
 from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.cache import ResultCache
-from gradlint.config import Config
+from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
 from gradlint.rule import Diagnostic, Related, Reported, Rule, all_rules
 
 PARSE_ERROR = ("GL000", "parse-error")
 INTERNAL_ERROR = ("GL999", "internal-error")
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
-_NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
+NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _FILE_NOQA = re.compile(rb"^\s*#\s*gradlint\s*[:=]\s*noqa\s*$", re.IGNORECASE | re.MULTILINE)
 _ERROR_AT = re.compile(r"error at (\d+):(\d+)")
 # Deeper bracket nesting takes LibCST seconds (CPython itself refuses more than 200 levels).
@@ -70,19 +72,22 @@ def lint_source(
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
         return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
-    problem = _unparsable(data)
+    try:
+        text = decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa)
+    problem = _unparsable(data, text)
     if problem:
         return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
     try:
-        module = cst.parse_module(data)
+        module = cst.parse_module(text)  # text, not bytes: LibCST would reject a cookie decode_source overrode
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
-        return _filter([_parse_error(path, error)], data.decode("utf-8", "replace"), config, noqa)
+        return _filter([_parse_error(path, text, error)], text, config, noqa)
     try:
         diagnostics = _run_rules(module, rules, path)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    # The source as LibCST read it (regenerating it with `module.code` would be another traversal).
-    return _filter(diagnostics, data.decode(module.encoding, "replace"), config, noqa)
+    return _filter(diagnostics, text, config, noqa)
 
 
 def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
@@ -118,21 +123,54 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+@dataclass(frozen=True)
+class Targets:
+    """What a run lints: the files under the paths it was given, and those paths that hold none."""
+
+    files: tuple[Path | Missing, ...]
+    empty: tuple[Path, ...]  # given, existing, but every file under it is excluded or not Python
+
+    @property
+    def checked(self) -> int:
+        """How many files there are to lint (a missing path is no file)."""
+        return sum(not isinstance(item, Missing) for item in self.files)
+
+
+def find_targets(paths: Iterable[Path], config: Config) -> Targets:
+    """The files to lint under `paths`, each once, in discovery order (see `files.discover`)."""
+    files: dict[Path | str, Path | Missing] = {}
+    empty = []
+    for path in paths:
+        found = list(discover([path], config))
+        if not found:
+            empty.append(path)
+        for item in found:  # a file that an earlier path also holds is linted once
+            files.setdefault(item.path if isinstance(item, Missing) else resolve(item), item)
+    return Targets(tuple(files.values()), tuple(empty))
+
+
 def lint_paths(
     paths: Iterable[Path], config: Config | None = None, *, jobs: int | None = None, cache: Path | None = None
 ) -> Iterator[Diagnostic]:
-    """Lint files and directories, yielding each file's sorted findings in discovery order.
+    """Lint files and directories, yielding each file's sorted findings in discovery order."""
+    config = config or Config()
+    yield from lint_targets(find_targets(paths, config), config, jobs=jobs, cache=cache)
+
+
+def lint_targets(
+    targets: Targets, config: Config, *, jobs: int | None = None, cache: Path | None = None
+) -> list[Diagnostic]:
+    """Lint the files `find_targets` found: each file's sorted findings, in discovery order.
 
     Files no enabled rule could fire on are settled here from their bytes, without a
     parse. The others are looked up in the result cache kept in the directory `cache`
     (None: no cache), and the misses are linted by `jobs` worker processes (None: one
     per core; 1: in this process). The order of the output never depends on `jobs`.
     """
-    config = config or Config()
     store = ResultCache(cache, config) if cache is not None else None
     results: list[list[Diagnostic]] = []
     misses: list[tuple[int, Path, bytes, str | None]] = []
-    for item in discover(list(paths), config):
+    for item in targets.files:
         if isinstance(item, Missing):
             results.append([_diagnostic(PARSE_ERROR, item.path, 1, 1, f"cannot lint: {item.reason}")])
             continue
@@ -154,8 +192,7 @@ def lint_paths(
         results[index] = found
         if store is not None and key is not None and all(d.code != INTERNAL_ERROR[0] for d in found):
             store.put(key, found)  # an internal error is retried next run, not remembered
-    for found in results:
-        yield from found
+    return [diagnostic for found in results for diagnostic in found]
 
 
 def _needs_parse(data: bytes, path: str, config: Config) -> bool:
@@ -265,8 +302,8 @@ def _diagnostic(kind: tuple[str, str], path: str, line: int, column: int, messag
     return Diagnostic(path, line, column, code, end_line=line, end_column=column, name=name, message=message)
 
 
-def _unparsable(data: bytes) -> str | None:
-    """Why LibCST must not be given `data`.
+def _unparsable(data: bytes, text: str) -> str | None:
+    """Why LibCST must not be given `data`, decoded as `text`.
 
     It needs about 1 GB of memory per MB of source, and its time and memory grow
     quadratically with bracket nesting (it crashes beyond about 2,000 levels).
@@ -274,12 +311,12 @@ def _unparsable(data: bytes) -> str | None:
     if len(data) > MAX_FILE_BYTES:
         size, limit = len(data) / 2**20, MAX_FILE_BYTES >> 20
         return f"cannot lint: the file is {size:.1f} MB, over gradlint's limit of {limit} MB"
-    if _bracket_depth(data) > MAX_NESTING:
+    if _bracket_depth(data, text) > MAX_NESTING:
         return f"cannot parse: brackets are nested more than {MAX_NESTING} deep"
     return None
 
 
-def _bracket_depth(data: bytes) -> int:
+def _bracket_depth(data: bytes, text: str) -> int:
     """The deepest bracket nesting of `data`; a cheap byte count first, the tokenizer only if needed."""
     if data.count(b"(") + data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return 0
@@ -291,69 +328,124 @@ def _bracket_depth(data: bytes) -> int:
         return deepest
     depth = deepest = 0
     try:
-        for token in tokenize.tokenize(io.BytesIO(data).readline):
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type == tokenize.OP and token.string in ("(", "[", "{"):
                 depth += 1
                 deepest = max(deepest, depth)
             elif token.type == tokenize.OP and token.string in (")", "]", "}"):
                 depth -= 1
-    except (tokenize.TokenError, SyntaxError, ValueError):  # ValueError: bytes the encoding cannot decode
+    except (tokenize.TokenError, SyntaxError):
         pass  # a broken file: the depth reached before the error stands
     return deepest
 
 
 def _undecodable(data: bytes) -> str | None:
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        data.decode(encoding)
+        decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         return f"cannot decode: {error}"
     return None
 
 
-def _parse_error(path: str, error: Exception) -> Diagnostic:
+def source_encoding(data: bytes) -> str:
+    """The codec that reads the source file `data`: its BOM or PEP 263 cookie, as CPython reads it.
+
+    A cookie naming a codec that is not installed here (old research code declares
+    `# -*- coding: future_fstrings -*-`, a codec a package registers) reads as UTF-8
+    when the bytes are UTF-8; otherwise this raises SyntaxError, as CPython does.
+    """
+    try:
+        return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    except SyntaxError as error:
+        if not str(error).startswith("unknown encoding") or not _is_utf8(data):
+            raise
+        return "utf-8"
+
+
+def decode_source(data: bytes) -> str:
+    """The text of the source file `data`, read with `source_encoding`; raises as `bytes.decode` does."""
+    return data.decode(source_encoding(data))
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _parse_error(path: str, text: str, error: Exception) -> Diagnostic:
+    """GL000 in CPython's words; LibCST's own only where CPython accepts the code."""
+    too_deep = _diagnostic(PARSE_ERROR, path, 1, 1, "cannot parse: the file is nested too deeply")
+    if isinstance(error, RecursionError):
+        return too_deep
+    try:
+        rejected = _cpython_syntax_error(text, path)
+    except (RecursionError, MemoryError):  # too deep for CPython's parser as well
+        return too_deep
+    if rejected is not None:
+        line, column = rejected.lineno or 1, rejected.offset or 1
+        return _diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), f"syntax error: {rejected.msg}")
     if isinstance(error, cst.ParserSyntaxError):
         found = _ERROR_AT.search(str(error))
         line, column = (int(found[1]), int(found[2]) + 1) if found else (error.raw_line, error.raw_column + 1)
-        return _diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), f"syntax error: {error.message}")
-    if isinstance(error, RecursionError):
-        return _diagnostic(PARSE_ERROR, path, 1, 1, "cannot parse: the file is nested too deeply")
+        message = f"cannot parse: LibCST does not support this code, which CPython accepts: {error.message}"
+        return _diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), message)
     return _diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")
+
+
+def _cpython_syntax_error(text: str, path: str) -> SyntaxError | None:
+    """What CPython's parser says is wrong with `text`, or None if it accepts it.
+
+    Parsing only: PyCF_ONLY_AST builds the syntax tree and never compiles or runs it.
+    Raises RecursionError or MemoryError where the nesting is too deep for CPython too.
+    """
+    try:
+        compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:  # IndentationError and TabError included
+        return error
+    except ValueError as error:  # Python 3.10 reports a null byte so
+        return SyntaxError(str(error))
+    return None
 
 
 def _filter(diagnostics: list[Diagnostic], text: str, config: Config, noqa: bool) -> list[Diagnostic]:
     enabled = [d for d in diagnostics if d.code == INTERNAL_ERROR[0] or config.is_enabled(d.code, d.path)]
-    if not noqa or not enabled or not _NOQA.search(text):
+    if not noqa or not enabled or not NOQA.search(text):
         return enabled
-    lines = _noqa_lines(text)
-    return [d for d in enabled if d.code == INTERNAL_ERROR[0] or not _suppressed(d, lines.get(d.line, ""))]
+    lines, groups = io.StringIO(text).readlines(), noqa_lines(text)
+    searched = {line: "".join(lines[group.start - 1 : group.stop - 1]) for line, group in groups.items()}
+    return [d for d in enabled if d.code == INTERNAL_ERROR[0] or not _suppressed(d, searched.get(d.line, ""))]
 
 
-def _noqa_lines(text: str) -> dict[int, str]:
-    """For each line, the text searched for `# noqa`, as flake8 builds it.
+def noqa_lines(text: str) -> dict[int, range]:
+    """For each line, the lines whose text is searched for its `# noqa`, as flake8 groups them.
 
     A token spanning lines (a triple-quoted string) or a backslash continuation makes
-    its lines one: a `# noqa` on any of them covers all of them.
+    its lines one: a `# noqa` on any of them covers all of them. The last line of a
+    group ends outside any string, so a new `# noqa` comment goes there.
     """
-    lines = io.StringIO(text).readlines()
-    mapping = dict(enumerate(lines, start=1))
-    first, last = len(lines) + 2, -1
+    count = len(io.StringIO(text).readlines())
+    physical = {line: range(line, line + 1) for line in range(1, count + 1)}
+    groups = dict(physical)
+    first, last = count + 2, -1
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type in (tokenize.ENDMARKER, tokenize.DEDENT):
                 continue
             first, last = min(first, token.start[0]), max(last, token.end[0])
             if token.type in (tokenize.NL, tokenize.NEWLINE):
-                mapping.update(dict.fromkeys(range(first, last + 1), "".join(lines[first - 1 : last])))
-                first, last = len(lines) + 2, -1
+                groups.update(dict.fromkeys(range(first, last + 1), range(first, last + 1)))
+                first, last = count + 2, -1
     except (tokenize.TokenError, SyntaxError):
-        return dict(enumerate(lines, start=1))  # flake8 falls back to the physical lines too
-    return mapping
+        return physical  # flake8 falls back to the physical lines too
+    return groups
 
 
 def _suppressed(diagnostic: Diagnostic, line: str) -> bool:
     """flake8's semantics: bare `# noqa` silences the line, `# noqa: GL001` those codes (prefixes)."""
-    match = _NOQA.search(line)
+    match = NOQA.search(line)
     if match is None:
         return False
     codes = match.group("codes")

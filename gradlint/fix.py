@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import io
 import os
 import stat
 import tempfile
-import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +26,7 @@ import libcst as cst
 
 from gradlint import notebook
 from gradlint.config import Config
-from gradlint.engine import lint_notebook, lint_paths, lint_source
+from gradlint.engine import lint_notebook, lint_paths, lint_source, source_encoding
 from gradlint.rule import LINE_BREAK, Diagnostic, Edit, Fix
 
 # Each pass fixes every finding whose edits do not overlap another's; a few passes settle
@@ -114,7 +112,7 @@ def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = Tru
         return fix_notebook(path, config, unsafe, write)
     try:
         data = path.read_bytes()
-        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        encoding = source_encoding(data)
         text = data.decode(encoding)
     except (OSError, SyntaxError, LookupError, UnicodeDecodeError):
         # Unreadable or undecodable: the engine reports why (GL000); nothing is fixed.
@@ -315,7 +313,8 @@ def line_mapping(edits: Sequence[Edit]) -> Callable[[int], int]:
 
 def _parses(text: str, encoding: str) -> bool:
     try:
-        cst.parse_module(text.encode(encoding))
+        text.encode(encoding)  # the fixed text must still be writable in the file's encoding
+        cst.parse_module(text)
     except Exception:  # noqa: BLE001  (any parser failure means: do not write this)
         return False
     return True

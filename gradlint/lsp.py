@@ -24,7 +24,7 @@ from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
 from gradlint.fix import fix_source, verify_fix
-from gradlint.rule import LINE_BREAK, Diagnostic, Fix, Related, all_rules
+from gradlint.rule import LINE_BREAK, Diagnostic, Fix, Related, Rule, all_rules
 
 SOURCE = "gradlint"
 SETTLE_SECONDS = 0.15
@@ -145,9 +145,15 @@ def to_lsp(
         message=diagnostic.message,
         severity=types.DiagnosticSeverity.Error if failed else types.DiagnosticSeverity.Warning,
         code=diagnostic.code,
-        code_description=types.CodeDescription(href=rule.docs_url()) if rule else None,
+        code_description=_code_description(rule),
         source=SOURCE,
     )
+
+
+def _code_description(rule: type[Rule] | None) -> types.CodeDescription | None:
+    """The link to the rule's documentation, where `[project.urls]` says where it is published."""
+    url = rule.docs_url() if rule else None
+    return None if url is None else types.CodeDescription(href=url)
 
 
 def publish(ls: GradlintServer, uri: str) -> None:

@@ -7,7 +7,10 @@ import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import PackageNotFoundError, metadata
 from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import urljoin
 
 import libcst as cst
 
@@ -15,7 +18,10 @@ if TYPE_CHECKING:
     from gradlint.analysis import ModuleAnalysis
     from gradlint.analysis.steps import TrainingStep
 
-DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/docs/rules.md#{anchor}"
+# The labels of gradlint's `[project.urls]` entries that say where docs/ is published and
+# where the project lives; packaging tools may lowercase labels (PEP 753).
+DOCUMENTATION_LABELS = ("documentation", "docs")
+HOMEPAGE_LABELS = ("homepage", "repository", "source")
 # Line breaks as LibCST counts lines: the line numbers of diagnostics and edits.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -146,17 +152,30 @@ class Rule:
     def documentation(cls) -> str:
         """The rule's full user documentation: docstring, example and fix."""
         doc = inspect.cleandoc(cls.__doc__ or "")
+        url = cls.docs_url()
+        link = f"\nDocumentation: {url}\n" if url else ""
         return (
             f"{cls.code} {cls.name}\n\n{doc}\n\n"
             f"Example\n{textwrap.indent(textwrap.dedent(cls.example).strip(), '    ')}\n\n"
-            f"Use instead\n{textwrap.indent(textwrap.dedent(cls.use_instead).strip(), '    ')}\n\n"
-            f"Documentation: {cls.docs_url()}\n"
+            f"Use instead\n{textwrap.indent(textwrap.dedent(cls.use_instead).strip(), '    ')}\n"
+            f"{link}"
         )
 
     @classmethod
-    def docs_url(cls) -> str:
-        """Where the rule's documentation is published."""
-        return DOCS_URL.format(anchor=f"{cls.code}-{cls.name}".lower())
+    def anchor(cls) -> str:
+        """The rule's anchor in docs/rules.md: its heading as GitHub links it."""
+        return f"{cls.code}-{cls.name}".lower()
+
+    @classmethod
+    def docs_url(cls) -> str | None:
+        """The rule's section of docs/rules.md where it is published, or None if no one says where.
+
+        The `Documentation` URL of gradlint's `[project.urls]` names where the docs/ folder
+        is published; without one no link is made up, and `gradlint rule CODE` prints
+        the same text.
+        """
+        base = project_url(*DOCUMENTATION_LABELS)
+        return None if base is None else urljoin(base.rstrip("/") + "/", f"rules.md#{cls.anchor()}")
 
     @classmethod
     def markdown(cls) -> str:
@@ -171,6 +190,23 @@ class Rule:
             f"Example:\n\n```python\n{textwrap.dedent(cls.example).strip()}\n```\n\n"
             f"Use instead:\n\n```python\n{textwrap.dedent(cls.use_instead).strip()}\n```\n"
         )
+
+
+@cache
+def project_url(*labels: str) -> str | None:
+    """The URL of gradlint's first `[project.urls]` entry labelled one of `labels` (lowercase), or None.
+
+    Read from the installed package metadata, where pyproject.toml's table ends up.
+    """
+    try:
+        entries: list[str] = metadata("gradlint").get_all("Project-URL") or []
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return None
+    for entry in entries:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in labels and url.strip():
+            return url.strip()
+    return None
 
 
 def all_rules() -> dict[str, type[Rule]]:

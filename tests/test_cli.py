@@ -47,7 +47,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_clean_file_exits_zero(project: Path) -> None:
     code, out, err = run("clean.py")
     assert (code, out) == (0, "")
-    assert "All checks passed" in err
+    assert err.strip() == "All checks passed (1 file)."
 
 
 def test_findings_exit_one_in_flake8_format(project: Path) -> None:
@@ -114,6 +114,85 @@ def test_select_and_ignore(project: Path) -> None:
     assert run("--ignore", "GL002", "buggy.py")[0] == 0
     assert run("--ignore", "GL00", "buggy.py")[0] == 0
     assert run("--select", "GL0", "buggy.py")[0] == 1
+
+
+def test_command_line_select_replaces_the_configured_selection_and_its_ignores(project: Path) -> None:
+    (project / "pyproject.toml").write_text(
+        '[tool.gradlint]\nselect = ["GL001"]\nignore = ["GL002"]\n'
+        '[tool.gradlint.per-file-ignores]\n"tests/*" = ["GL002"]\n'
+    )
+    (project / "tests").mkdir()
+    (project / "tests" / "train.py").write_text(BUGGY)
+    assert run("buggy.py")[0] == 0
+    code, out, _ = run("--select", "GL002", ".")
+    assert code == 1 and out.startswith("buggy.py:5:5: GL002")
+    assert "tests/train.py" not in out  # per-file-ignores still apply
+    assert run("--select", "GL002", "--ignore", "GL002", "buggy.py")[0] == 0  # --ignore applies on top
+    assert run("--select", "GL0", "--ignore", "GL00", "buggy.py")[0] == 0
+
+
+def test_nothing_to_lint_is_said_and_each_empty_path_warned_about(project: Path) -> None:
+    (project / "build").mkdir()
+    (project / "build" / "train.py").write_text(BUGGY)
+    (project / "docs").mkdir()
+    (project / "docs" / "notes.txt").write_text("no python here\n")
+    (project / "pyproject.toml").write_text('[tool.gradlint]\nextend-exclude = ["generated.py", "build/"]\n')
+    (project / "generated.py").write_text(BUGGY)
+    code, out, err = run("docs/", "generated.py")
+    assert (code, out) == (0, "")
+    assert err.splitlines() == [
+        "gradlint: warning: docs/ holds no file to lint (excluded or no Python files)",
+        "gradlint: warning: generated.py is excluded by the configuration; not linted",
+        "No Python files found to check.",
+    ]
+    code, _, err = run("clean.py", "docs")
+    assert code == 0 and err.splitlines()[-1] == "All checks passed (1 file)."
+    assert "docs/ holds no file" in err
+    assert run("-q", "docs")[2] == ""  # --quiet: findings only
+
+
+def test_statistics_count_findings_per_code_most_first(project: Path) -> None:
+    leak = "import torch\ntotal = 0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss\n"
+    (project / "leak.py").write_text(leak)
+    (project / "leak2.py").write_text(leak)
+    code, out, err = run("--statistics", ".")
+    assert code == 1
+    assert out == "  2  GL001  loss-accumulation\n  1  GL002  missing-zero-grad\n  3  total\n"
+    assert err.startswith("Found 3 problems in 3 files")
+    assert run("--statistics", "clean.py")[:2] == (0, "")
+
+
+def test_statistics_and_show_source_need_the_text_format(project: Path) -> None:
+    for options in (["--statistics", "--format", "json"], ["--statistics", "--show-source"], ["--add-noqa", "--fix"]):
+        code, _, err = run(*options, "buggy.py")
+        assert code == 2 and "Usage" in err
+
+
+@pytest.mark.parametrize("output_format", ["text", "json", "sarif"])
+def test_output_file_holds_the_report_instead_of_stdout(project: Path, output_format: str) -> None:
+    code, out, err = run("--format", output_format, "--output-file", "reports/gradlint.out", "buggy.py")
+    assert (code, out) == (1, "")
+    assert "Found 1 problem" in err
+    assert (project / "reports" / "gradlint.out").read_text() == run("--format", output_format, "buggy.py")[1]
+
+
+def test_output_file_is_written_when_clean_and_an_unwritable_one_is_an_error(project: Path) -> None:
+    assert run("--output-file", "report.txt", "clean.py")[0] == 0
+    assert (project / "report.txt").read_text() == ""
+    (project / "blocker").write_text("")
+    code, _, err = run("--output-file", "blocker/report.txt", "buggy.py")
+    assert code == 2 and "gradlint: error: cannot write blocker/report.txt" in err
+
+
+def test_fix_keeps_a_cookie_naming_a_codec_that_is_not_installed(project: Path) -> None:
+    cookie = b"# -*- coding: future_fstrings -*-\n"
+    leak = CLEAN.replace("step()\n", "step()\n    total += loss  # caf\u00e9\n") + "print(total)\n"
+    (project / "old.py").write_bytes(cookie + leak.encode())
+    code, out, _ = run("old.py")
+    assert code == 1 and "GL001" in out and "GL000" not in out
+    assert run("--fix", "old.py")[0] == 0
+    fixed = leak.replace("total += loss ", "total += loss.detach() ")
+    assert (project / "old.py").read_bytes() == cookie + fixed.encode()
 
 
 def test_unknown_code_is_a_usage_error(project: Path) -> None:

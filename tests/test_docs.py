@@ -18,6 +18,13 @@ def test_readme_rule_table_is_generated_from_the_rules() -> None:
     assert block.group(1) == rule_table(), "run `gradlint rules --markdown` and paste it into the README"
 
 
+def test_readme_links_each_rule_to_its_section_of_docs_rules_md_by_relative_path() -> None:
+    links = re.findall(r"\| \[(GL\d{3})\]\(([^)]*)\)", README.read_text())
+    headings = re.findall(r"^## (GL\d{3}) (\S+)$", (ROOT / "docs" / "rules.md").read_text(), re.MULTILINE)
+    # GitHub's anchor for `## GL001 loss-accumulation` is `gl001-loss-accumulation`.
+    assert links == [(code, f"docs/rules.md#{code.lower()}-{name}") for code, name in headings]
+
+
 def test_docs_rules_md_is_generated_from_the_rules() -> None:
     generated = (ROOT / "docs" / "rules.md").read_text()
     assert generated == rules_markdown(), "run `gradlint rules --docs > docs/rules.md`"

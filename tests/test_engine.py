@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 import pytest
 
 from gradlint import Config, Diagnostic, lint_source
 from gradlint.analysis import Kind, Role, analyze
 from gradlint.analysis.names import dotted_name
+from gradlint.engine import find_targets, lint_targets, source_encoding
 
 LEAK = """\
 import torch
@@ -41,6 +44,78 @@ def test_pep263_encodings_and_bom_are_honoured() -> None:
 def test_syntax_error_is_gl000_with_position() -> None:
     [diagnostic] = lint_source("import torch\nloss.backward(\n", "broken.py")
     assert diagnostic.code == "GL000" and diagnostic.line >= 2 and "syntax error" in diagnostic.message
+
+
+@pytest.mark.parametrize(
+    ("tail", "line", "column", "message"),
+    [
+        ("print(loss\n", 9, 6, "'(' was never closed"),
+        ("x = [1, 2\ny = 3\n", 9, 5, "'[' was never closed"),
+        ("def f(:\n    pass\n", 9, 7, "invalid syntax"),
+        ("s = 'caf\u00e9' + )\n", 9, 14, "unmatched ')'"),  # columns count characters, not bytes
+        ("print 'hi'\n", 9, 1, "Missing parentheses in call to 'print'. Did you mean print(...)?"),
+        ("if x:\npass\n", 10, 1, "expected an indented block after 'if' statement on line 9"),
+    ],
+)
+def test_syntax_error_says_what_cpython_says_where_it_says_it(tail: str, line: int, column: int, message: str) -> None:
+    [diagnostic] = lint_source(LEAK + tail, "broken.py")
+    assert (diagnostic.code, diagnostic.line, diagnostic.column) == ("GL000", line, column)
+    assert diagnostic.message == f"syntax error: {message}"
+
+
+def test_syntax_check_parses_and_never_runs_the_code(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    source = f"import torch\nopen({str(marker)!r}, 'w')\nloss.backward(\n"
+    [diagnostic] = lint_source(source, "broken.py")
+    assert diagnostic.message == "syntax error: '(' was never closed" and not marker.exists()
+
+
+def test_code_only_libcst_rejects_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(cst.ParserSyntaxError) as rejected:
+        cst.parse_module("loss.backward(\n")
+
+    def reject(source: object) -> cst.Module:
+        raise rejected.value
+
+    monkeypatch.setattr(cst, "parse_module", reject)
+    [diagnostic] = lint_source(LEAK, "train.py")
+    assert diagnostic.code == "GL000"
+    assert diagnostic.message.startswith("cannot parse: LibCST does not support this code, which CPython accepts: ")
+
+
+@pytest.mark.parametrize("codec", ["future_fstrings", "klingon"])
+def test_a_cookie_naming_a_codec_not_installed_reads_utf8(codec: str) -> None:
+    source = f"# -*- coding: {codec} -*-\n# caf\u00e9\n".encode() + LEAK.encode()
+    [diagnostic] = lint_source(source, "old.py")
+    assert (diagnostic.code, diagnostic.line) == ("GL001", 10)
+    assert source_encoding(source) == "utf-8"
+
+
+def test_a_cookie_naming_a_codec_not_installed_on_bytes_not_utf8_is_gl000() -> None:
+    source = b"# -*- coding: future_fstrings -*-\n# caf\xe9\n" + LEAK.encode()
+    [diagnostic] = lint_source(source, "old.py")
+    assert (diagnostic.code, diagnostic.message) == ("GL000", "cannot parse: unknown encoding: future_fstrings")
+    with pytest.raises(SyntaxError):
+        source_encoding(source)
+    # Without the parse, the same answer (no rule could fire on this file).
+    assert lint_source(b"# -*- coding: future_fstrings -*-\n# caf\xe9\n", "old.py")[0].code == "GL000"
+
+
+def test_find_targets_lists_each_file_once_and_the_paths_that_hold_none(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "b.py").write_text("x = 1\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hello\n")
+    paths = [tmp_path / "pkg", tmp_path / "pkg" / "a.py", tmp_path / "notes", tmp_path / "build" / "b.py"]
+    targets = find_targets(paths, Config(root=tmp_path))
+    assert targets.files == (tmp_path / "pkg" / "a.py",)
+    assert targets.empty == (tmp_path / "notes", tmp_path / "build" / "b.py")
+    assert targets.checked == 1
+    missing = find_targets([tmp_path / "gone.py"], Config(root=tmp_path))
+    assert (missing.checked, missing.empty) == (0, ())  # reported as GL000, not as empty
+    assert lint_targets(missing, Config(root=tmp_path))[0].code == "GL000"
 
 
 def test_config_select_filters() -> None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import email.message
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from importlib.metadata import PackageNotFoundError
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gradlint import Diagnostic
+from gradlint import rule as rule_module
 from gradlint.cli import main
 from gradlint.formats import formats, github, json_lines, sarif, text
 from gradlint.rule import Related, all_rules
@@ -79,7 +83,7 @@ def test_sarif_describes_every_rule_with_its_help_link() -> None:
     rules = run["tool"]["driver"]["rules"]
     by_id = {rule["id"]: rule for rule in rules}
     for code, rule in all_rules().items():
-        assert by_id[code]["helpUri"] == rule.docs_url()
+        assert by_id[code].get("helpUri") == rule.docs_url()
         assert by_id[code]["name"] == rule.name
         assert by_id[code]["shortDescription"]["text"] == rule.summary()
     [result] = run["results"]
@@ -90,6 +94,70 @@ def test_sarif_describes_every_rule_with_its_help_link() -> None:
     location = result["locations"][0]["physicalLocation"]
     assert location["artifactLocation"] == {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
     assert location["region"] == {"startLine": 9, "startColumn": 5, "endLine": 9, "endColumn": 23}
+
+
+@pytest.fixture
+def project_urls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Sets the `Project-URL` entries of gradlint's metadata: `[project.urls]` of its pyproject.toml."""
+
+    def set_entries(*entries: str) -> None:
+        message = email.message.Message()
+        for entry in entries:
+            message["Project-URL"] = entry
+        monkeypatch.setattr(rule_module, "metadata", lambda name: message)
+        rule_module.project_url.cache_clear()
+
+    yield set_entries
+    rule_module.project_url.cache_clear()
+
+
+def test_no_documentation_url_means_no_link_anywhere(project_urls: Callable[..., None]) -> None:
+    project_urls("Source, https://example.org/gradlint")
+    rule = all_rules()["GL001"]
+    assert rule.docs_url() is None
+    assert "Documentation:" not in rule.documentation()
+    [run] = json.loads(sarif.render([diagnostic()]))["runs"]
+    assert not any("helpUri" in descriptor for descriptor in run["tool"]["driver"]["rules"])
+    assert run["tool"]["driver"]["informationUri"] == "https://example.org/gradlint"
+    result = CliRunner().invoke(main, ["rule", "GL001"])
+    assert result.exit_code == 0 and "Documentation:" not in result.stdout
+
+
+def test_the_documentation_url_of_the_metadata_links_every_rule(project_urls: Callable[..., None]) -> None:
+    project_urls("documentation, https://example.org/gradlint/docs")
+    rule = all_rules()["GL001"]
+    assert rule.docs_url() == "https://example.org/gradlint/docs/rules.md#gl001-loss-accumulation"
+    assert rule.documentation().endswith(
+        "\nDocumentation: https://example.org/gradlint/docs/rules.md#gl001-loss-accumulation\n"
+    )
+    [run] = json.loads(sarif.render([diagnostic()]))["runs"]
+    by_id = {descriptor["id"]: descriptor for descriptor in run["tool"]["driver"]["rules"]}
+    assert by_id["GL001"]["helpUri"] == rule.docs_url()
+    assert "informationUri" not in run["tool"]["driver"]  # no homepage given
+
+
+def test_uninstalled_gradlint_has_no_links(project_urls: Callable[..., None], monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_installed(name: str) -> None:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(rule_module, "metadata", not_installed)
+    rule_module.project_url.cache_clear()
+    assert all_rules()["GL001"].docs_url() is None
+
+
+def test_the_lsp_links_a_code_to_its_documentation_only_when_it_is_published(project_urls: Callable[..., None]) -> None:
+    pytest.importorskip("pygls")
+    from pygls.workspace import PositionCodec
+
+    from gradlint.lsp import to_lsp
+
+    lines = ["import torch"] * 10 + [""]
+    project_urls()
+    assert to_lsp(diagnostic(), lines, PositionCodec()).code_description is None
+    project_urls("Documentation, https://example.org/gradlint/docs/")
+    description = to_lsp(diagnostic(), lines, PositionCodec()).code_description
+    assert description is not None
+    assert description.href == "https://example.org/gradlint/docs/rules.md#gl001-loss-accumulation"
 
 
 def test_sarif_uris_are_percent_encoded_and_absolute_paths_are_file_uris() -> None:

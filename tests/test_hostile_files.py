@@ -48,12 +48,12 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (STEP.encode() + b"def broken(:\n", "GL000 syntax error: parser error"),
-        (STEP.encode().replace(b"model(x)", b"model(x)\x00"), "GL000 syntax error: tokenizer error: '\\0'"),
+        (STEP.encode() + b"def broken(:\n", "GL000 syntax error: invalid syntax"),
+        (STEP.encode().replace(b"model(x)", b"model(x)\x00"), "GL000 syntax error: source code string cannot"),
         (STEP.encode() + b"# \xff\xfe\n", "GL000 cannot parse: 'utf-8' codec can't decode byte 0xff"),
-        (b"# -*- coding: klingon -*-\n" + STEP.encode(), "GL000 cannot parse: unknown encoding: klingon"),
+        (b"# -*- coding: klingon -*-\n# \xff\n" + STEP.encode(), "GL000 cannot parse: unknown encoding: klingon"),
         (b"# coding: ascii\n# caf\xc3\xa9\n" + STEP.encode(), "GL000 cannot parse: 'ascii' codec can't decode"),
-        (STEP.replace("    opt", "\topt").encode(), "GL000 syntax error: tokenizer error: inconsistent mixing"),
+        (STEP.replace("    opt", "\topt").encode(), "GL000 syntax error: inconsistent use of tabs and spaces"),
     ],
     ids=["syntax-error", "null-byte", "invalid-utf8", "unknown-cookie", "wrong-cookie", "mixed-tabs"],
 )

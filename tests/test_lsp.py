@@ -238,8 +238,9 @@ def test_open_change_code_action_hover_and_shutdown(tmp_path: Path) -> None:
         ]
         assert {info.location.uri for info in related} == {uri}
         assert [info.location.range.start.line for info in related] == [LEAK_LINE - 3, LEAK_LINE - 5, LEAK_LINE - 2]
-        assert diagnostic.code_description is not None
-        assert diagnostic.code_description.href == LossAccumulation.docs_url()
+        # A link only where [project.urls] says where the docs are published (test_formats covers both).
+        link = diagnostic.code_description.href if diagnostic.code_description else None
+        assert link == LossAccumulation.docs_url()
 
         actions = await editor.client.text_document_code_action_async(
             types.CodeActionParams(

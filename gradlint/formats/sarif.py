@@ -10,10 +10,9 @@ from urllib.parse import quote
 
 from gradlint import __version__
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
-from gradlint.rule import Diagnostic, Related, all_rules
+from gradlint.rule import HOMEPAGE_LABELS, Diagnostic, Related, all_rules, project_url
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://github.com/gradlint/gradlint"
 # Findings that are not rules still need a reporting descriptor for their ruleIndex.
 NON_RULES = {
     PARSE_ERROR: "Reports a file that cannot be read or parsed; the rest of the run goes on.",
@@ -30,20 +29,22 @@ def render(diagnostics: Sequence[Diagnostic]) -> str:
         "version": "2.1.0",
         "runs": [
             {
-                "tool": {
-                    "driver": {
-                        "name": "gradlint",
-                        "version": __version__,
-                        "informationUri": INFORMATION_URI,
-                        "rules": rules,
-                    }
-                },
+                "tool": {"driver": _driver(rules)},
                 "columnKind": "unicodeCodePoints",
                 "results": [_result(d, index[d.code]) for d in diagnostics],
             }
         ],
     }
     return json.dumps(log, indent=2) + "\n"
+
+
+def _driver(rules: list[dict[str, object]]) -> dict[str, object]:
+    """The tool's descriptor; its informationUri only where `[project.urls]` names a homepage."""
+    driver: dict[str, object] = {"name": "gradlint", "version": __version__, "rules": rules}
+    homepage = project_url(*HOMEPAGE_LABELS)
+    if homepage is not None:
+        driver["informationUri"] = homepage
+    return driver
 
 
 def _rules() -> list[dict[str, object]]:
@@ -64,7 +65,7 @@ def _rules() -> list[dict[str, object]]:
                 "shortDescription": {"text": rule.summary()},
                 "fullDescription": {"text": inspect.cleandoc(rule.__doc__ or "")},
                 "help": {"text": rule.documentation()},
-                "helpUri": rule.docs_url(),
+                **({"helpUri": url} if (url := rule.docs_url()) else {}),
                 "defaultConfiguration": {"level": "error"},
                 "properties": {"tags": ["pytorch", "correctness"]},
             }
