@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import re
 import tokenize
 from collections.abc import Sequence
 from functools import partial
@@ -24,6 +23,7 @@ from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
 from gradlint.fix import fix_source, verify_fix
+from gradlint.noqa import noqa_edits
 from gradlint.rule import LINE_BREAK, Diagnostic, Fix, Related, Rule, all_rules
 
 SOURCE = "gradlint"
@@ -31,7 +31,6 @@ SETTLE_SECONDS = 0.15
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.gradlint"
 PYTHON_SUFFIXES = (".py", ".pyi")
 # A suppression comment that lists codes; a new code is appended to the list.
-NOQA_CODES = re.compile(r"#\s*noqa:\s?[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
 
 
 class GradlintServer(LanguageServer):
@@ -338,18 +337,20 @@ def _fix_action(
 def _noqa_action(
     document: TextDocument, lines: Sequence[str], finding: Diagnostic, diagnostic: types.Diagnostic
 ) -> types.CodeAction:
-    text = lines[finding.line - 1] if finding.line <= len(lines) else ""
-    existing = NOQA_CODES.search(text)
-    if existing:  # Ex) a trailing `noqa: GL002` becomes `noqa: GL002, GL001`
-        column, new_text = existing.end() + 1, f", {finding.code}"
-    else:
-        column, new_text = len(text) + 1, f"  # noqa: {finding.code}"
-    where = to_range(lines, document.position_codec, (finding.line, column, finding.line, column))
+    # The same edit as `--add-noqa`: on the line where the engine looks for the comment (the
+    # last line of a multi-line string or continued statement), merged into an existing one.
+    edits = [
+        types.TextEdit(
+            range=to_range(lines, document.position_codec, (edit.line, edit.column, edit.end_line, edit.end_column)),
+            new_text=edit.text,
+        )
+        for edit in noqa_edits(document.source, [finding])
+    ]
     return types.CodeAction(
         title=f"{finding.code}: add `# noqa: {finding.code}`",
         kind=types.CodeActionKind.QuickFix,
         diagnostics=[diagnostic],
-        edit=types.WorkspaceEdit(changes={document.uri: [types.TextEdit(range=where, new_text=new_text)]}),
+        edit=types.WorkspaceEdit(changes={document.uri: edits}),
     )
 
 

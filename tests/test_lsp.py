@@ -367,3 +367,20 @@ def test_lsp_command_without_pygls_says_how_to_install_it(monkeypatch: pytest.Mo
     result = CliRunner().invoke(main, ["lsp"])
     assert result.exit_code == 2
     assert "pip install 'gradlint[lsp]'" in result.output
+
+
+def test_the_noqa_quick_fix_goes_where_the_engine_looks_for_it(tmp_path: Path) -> None:
+    # A finding on a backslash-continued statement: the comment must go on its last line,
+    # the one flake8 and the engine read (a comment on the first line would be a syntax error).
+    source = BUGGY.replace("        total += loss  # running sum\n", "        total += loss + \\\n            0\n")
+    ls = FakeServer(tmp_path)
+    uri = open_in(ls, tmp_path / "train.py", source)
+    [diagnostic] = ls.published[-1].diagnostics
+    context = types.CodeActionContext(diagnostics=[diagnostic])
+    params = types.CodeActionParams(types.TextDocumentIdentifier(uri), diagnostic.range, context)
+    [noqa] = [a for a in code_action(ls, params) if isinstance(a, types.CodeAction) and "noqa" in a.title]
+    assert noqa.edit is not None and noqa.edit.changes is not None
+    [edit] = noqa.edit.changes[uri]
+    continued = diagnostic.range.start.line + 1
+    assert edit.range.start == types.Position(line=continued, character=len("            0"))
+    assert edit.new_text == "  # noqa: GL001"
