@@ -48,13 +48,13 @@ class IntRequiresGrad(Rule):
         dtypes = self.analysis.dtypes
         if _keyword_is(node, "requires_grad", "True"):
             if dtypes.dtype_of_construction(node) is DtypeKind.INTEGRAL:
-                self.report(node)
+                self.report(node, self._named(node))
             return
         func = node.func
         at = self.analysis.statement_of(node)
         if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
             if _enables(node) and dtypes.dtype_of(func.value, at) is DtypeKind.INTEGRAL:
-                self.report(node, related=self._made(func.value, at))
+                self.report(node, self._named(func.value), related=self._made(func.value, at))
             return
         # Ex) nn.Parameter(torch.arange(n)): parameters require gradients by default.
         if (
@@ -65,7 +65,7 @@ class IntRequiresGrad(Rule):
             and _positional_count(node) < 2
             and dtypes.dtype_of(node.args[0].value, at) is DtypeKind.INTEGRAL
         ):
-            self.report(node, related=self._made(node.args[0].value, at))
+            self.report(node, self._named(node.args[0].value), related=self._made(node.args[0].value, at))
 
     def _is_parameter(self, func: cst.BaseExpression) -> bool:
         resolved = self.analysis.imports.resolve(func) or ""
@@ -83,7 +83,12 @@ class IntRequiresGrad(Rule):
                 and attribute.attr.value == "requires_grad"
                 and self.analysis.dtypes.dtype_of(attribute.value, node) is DtypeKind.INTEGRAL
             ):
-                self.report(node, related=self._made(attribute.value, node))
+                self.report(node, self._named(attribute.value), related=self._made(attribute.value, node))
+
+    def _named(self, tensor: cst.BaseExpression) -> str:
+        return (
+            f"`{self.analysis.code(tensor)}` is an integer or bool tensor, which cannot require gradients; this raises"
+        )
 
     def _made(self, tensor: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
         """Where the integer tensor was made."""
