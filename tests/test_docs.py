@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from gradlint.cli import rule_table, rules_markdown
 
 ROOT = Path(__file__).parent.parent
@@ -38,3 +40,88 @@ def test_every_rule_that_builds_fixes_documents_what_its_fix_assumes() -> None:
     for rule in all_rules().values():
         builds_fixes = "from gradlint.fixes import" in inspect.getsource(inspect.getmodule(rule))  # type: ignore[arg-type]
         assert builds_fixes == ("\nFix safety\n" in inspect.cleandoc(rule.__doc__ or "")), rule.code
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+FENCE = re.compile(r"^```.*?^```[^\n]*$", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced code blocks and inline code spans, where links and headings live."""
+    return re.sub(r"`[^`\n]*`", "code", FENCE.sub("", markdown))
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, each space a hyphen."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    slugs: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?)[ #]*$", FENCE.sub("", path.read_text()), re.MULTILINE):
+        slug = github_slug(heading)
+        n = 0
+        while (slug if n == 0 else f"{slug}-{n}") in slugs:  # GitHub numbers repeated headings
+            n += 1
+        slugs.add(slug if n == 0 else f"{slug}-{n}")
+    return slugs
+
+
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        ("GL001 loss-accumulation", "gl001-loss-accumulation"),
+        ("`text` (default)", "text-default"),
+        ("Editor integration (LSP)", "editor-integration-lsp"),
+        (
+            "Leaves, in-place operations and retained graphs (GL003\N{EN DASH}GL005)",
+            "leaves-in-place-operations-and-retained-graphs-gl003gl005",
+        ),
+        ("Runtime companion: `gradlint trace`", "runtime-companion-gradlint-trace"),
+    ],
+)
+def test_github_slug(heading: str, slug: str) -> None:
+    assert github_slug(heading) == slug
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves_to_a_file_and_heading(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not checked here
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading with that anchor in {linked.name}")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    linked = {(ROOT / target.partition("#")[0]).resolve() for target in LINK.findall(prose(README.read_text()))}
+    assert [page.name for page in DOCS if page.resolve() not in linked] == []
+
+
+def test_the_pre_commit_examples_run_the_hook_that_pre_commit_hooks_yaml_defines() -> None:
+    yaml = pytest.importorskip("yaml")
+    hooks_file = ROOT / ".pre-commit-hooks.yaml"
+    if not hooks_file.exists():  # a partial copy of the tree (mutmut's mutants/ holds docs/ and README.md only)
+        pytest.skip("no .pre-commit-hooks.yaml in this copy")
+    (hook,) = yaml.safe_load(hooks_file.read_text())
+    examples = []
+    for page in [README, *DOCS]:
+        for block in re.findall(r"^```yaml\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):
+            config = yaml.safe_load(block)
+            if isinstance(config, dict) and "repos" in config:
+                examples += [(page.name, repo) for repo in config["repos"]]
+    assert examples, "no .pre-commit-config.yaml example in the README or docs/"
+    for name, repo in examples:
+        # Only the local form: it names no repository URL, so it cannot point at one that does not exist.
+        assert repo["repo"] == "local", name
+        (local,) = repo["hooks"]
+        assert local["language"] in ("system", "python"), name
+        assert (local["id"], local["entry"], local["types_or"]) == (hook["id"], hook["entry"], hook["types_or"]), name
