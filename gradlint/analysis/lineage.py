@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
@@ -26,10 +25,6 @@ from gradlint.analysis.steps import EventIndex, Kind
 from gradlint.analysis.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH
 
 MAX_DEPTH = 6
-# self.automatic_optimization = False: the module calls manual_backward itself.
-MANUAL_OPTIMIZATION = m.Assign(
-    targets=[m.AssignTarget(target=m.Attribute(attr=m.Name("automatic_optimization")))], value=m.Name("False")
-)
 # Operations with no gradient, reported when they are applied to a value with history.
 CUTTING_FUNCTIONS = frozenset(
     {"argmax", "argmin", "round", "floor", "ceil", "sign", "trunc", "eq", "ne", "lt", "gt", "le", "ge"}
@@ -168,9 +163,20 @@ class Lineages:
             if not any((last_name(base.value) or "").endswith(base_suffix) for base in owner.bases):
                 continue
             value = _loss_entry(statement.value)
-            if value is not None and not m.findall(owner, MANUAL_OPTIMIZATION):
+            if value is not None and not self._optimizes_manually(owner):
                 found.append(Backpropagated(value, statement))
         return found
+
+    def _optimizes_manually(self, owner: cst.ClassDef) -> bool:
+        """Whether a method of the class sets `self.automatic_optimization = False`: it calls manual_backward itself."""
+        return any(
+            isinstance(statement, cst.Assign)
+            and isinstance(statement.value, cst.Name)
+            and statement.value.value == "False"
+            and any(last_name(target.target) == "automatic_optimization" for target in statement.targets)
+            and self.collected.contexts[statement].class_def is owner
+            for statement in self.collected.statements
+        )
 
     def is_criterion_call(self, call: cst.Call) -> bool:
         """A loss function call: a criterion object (`nn.CrossEntropyLoss()`) or `F.mse_loss`."""

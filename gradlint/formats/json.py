@@ -1,4 +1,4 @@
-"""A JSON array of findings; the schema is documented in the README."""
+"""A JSON array of findings; the schema is documented in docs/output-formats.md."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.fixes import insert_before
@@ -14,7 +13,6 @@ CLEAR_EVERY_MICRO_BATCH = (
     "gradients are cleared on every micro-batch but the optimizer steps only every few, "
     "so the accumulated gradient is thrown away"
 )
-MODULO_TEST = m.If(test=m.MatchIfTrue(lambda test: bool(m.findall(test, m.BinaryOperation(operator=m.Modulo())))))
 
 
 class MissingZeroGrad(Rule):
@@ -156,7 +154,14 @@ def _caller_owns_optimizer(step: TrainingStep) -> bool:
 
 
 def _under_modulo(ifs: tuple[cst.CSTNode, ...]) -> bool:
-    return any(m.matches(node, MODULO_TEST) for node in ifs)
+    # Ex) if (i + 1) % accumulation_steps == 0:
+    return any(isinstance(node, cst.If) and _has_modulo(node.test) for node in ifs)
+
+
+def _has_modulo(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        return True
+    return any(_has_modulo(child) for child in node.children)
 
 
 def _last_before(events: tuple[Event, ...], anchor: Event, kind: Kind) -> Event | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
 
 from gradlint.analysis import Role, TrainingStep
 from gradlint.analysis.collect import Loop
@@ -120,7 +119,7 @@ class OptimizerInLoop(Rule):
         # a GradScaler(enabled=False) keeps no state.
         name = last_name(call.func) or ""
         disabled = any(
-            arg.keyword is not None and arg.keyword.value == "enabled" and m.matches(arg.value, m.Name("False"))
+            arg.keyword is not None and arg.keyword.value == "enabled" and last_name(arg.value) == "False"
             for arg in call.args
         )
         return (
