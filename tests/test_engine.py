@@ -6,12 +6,12 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from test_flake8_plugin import LOOP as NOQA_LOOP  # one leak, with a comment slot
 
 from gradlint import Config, Diagnostic, lint_source
 from gradlint.analysis import Kind, Role, analyze
 from gradlint.analysis.names import dotted_name
 from gradlint.engine import find_targets, lint_targets, source_encoding
-from tests.test_flake8_plugin import LOOP as NOQA_LOOP  # one leak, with a comment slot
 
 LEAK = """\
 import torch

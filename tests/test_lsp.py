@@ -202,8 +202,9 @@ def test_a_broken_config_is_shown_once_and_lints_nothing(tmp_path: Path) -> None
 def test_a_quick_fix_is_offered_only_when_it_passes_the_check_fix_makes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from test_fix import EPOCHS
+
     from gradlint.analysis.evaluation import Evaluation
-    from tests.test_fix import EPOCHS
 
     def titles(ls: FakeServer, uri: str) -> list[str]:
         [diagnostic] = ls.published[-1].diagnostics
