@@ -7,19 +7,19 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from gradlint import __version__
 from gradlint.cache import CACHE_DIR
 from gradlint.config import Config, ConfigError, load_config
-from gradlint.engine import INTERNAL_ERROR, Targets, find_targets, lint_targets
-from gradlint.fix import FileFix, fix_paths
 from gradlint.formats import formats, text
-from gradlint.noqa import add_noqa
-from gradlint.rule import Diagnostic, all_rules
-from gradlint.source import SourceLines
+from gradlint.rule import INTERNAL_ERROR, Diagnostic, all_rules
+
+if TYPE_CHECKING:  # the engine imports LibCST: only commands that lint load it (`--version` stays fast)
+    from gradlint.engine import Targets
+    from gradlint.fix import FileFix
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -91,6 +91,9 @@ def check(
     no_cache: bool,
 ) -> None:
     """Lint files and directories (recursing into *.py and *.ipynb) and report findings."""
+    from gradlint.engine import find_targets, lint_targets
+    from gradlint.fix import fix_paths
+
     _check_usage(output_format, show_source, statistics, apply_fixes, show_diff, add_noqa)
     paths = paths or (Path("."),)
     try:
@@ -141,6 +144,8 @@ def _renderer(output_format: str, show_source: bool, statistics: bool) -> Callab
     if statistics:
         return render_statistics
     if show_source:
+        from gradlint.source import SourceLines
+
         return partial(text.render, source_line=SourceLines().line)
     return formats()[output_format]
 
@@ -198,6 +203,8 @@ def _apply_fixes(fixing: Iterable[FileFix], quiet: bool) -> list[Diagnostic]:
 
 def _add_noqa(diagnostics: list[Diagnostic], config: Config, quiet: bool) -> list[Diagnostic]:
     """Silence every finding with a `# noqa` comment; the findings no comment silences."""
+    from gradlint.noqa import add_noqa
+
     results = list(add_noqa(diagnostics, config))
     for result in results:
         if result.skipped:

@@ -20,10 +20,8 @@ from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.cache import ResultCache
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
-from gradlint.rule import Diagnostic, Related, Reported, Rule, all_rules
+from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, all_rules
 
-PARSE_ERROR = ("GL000", "parse-error")
-INTERNAL_ERROR = ("GL999", "internal-error")
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _FILE_NOQA = re.compile(rb"^\s*#\s*gradlint\s*[:=]\s*noqa\s*$", re.IGNORECASE | re.MULTILINE)

@@ -21,10 +21,10 @@ from pygls.workspace import PositionCodec, TextDocument
 
 from gradlint import __version__
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
-from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR, lint_source
+from gradlint.engine import lint_source
 from gradlint.fix import fix_source, verify_fix
 from gradlint.noqa import noqa_edits
-from gradlint.rule import LINE_BREAK, Diagnostic, Fix, Related, Rule, all_rules
+from gradlint.rule import INTERNAL_ERROR, LINE_BREAK, PARSE_ERROR, Diagnostic, Fix, Related, Rule, all_rules
 
 SOURCE = "gradlint"
 SETTLE_SECONDS = 0.15

@@ -12,9 +12,9 @@ from importlib.metadata import PackageNotFoundError, metadata
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urljoin
 
-import libcst as cst
-
 if TYPE_CHECKING:
+    import libcst as cst
+
     from gradlint.analysis import ModuleAnalysis
     from gradlint.analysis.steps import TrainingStep
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 # where the project lives; packaging tools may lowercase labels (PEP 753).
 DOCUMENTATION_LABELS = ("documentation", "docs")
 HOMEPAGE_LABELS = ("homepage", "repository", "source")
+# The two codes that are not rules: a file that cannot be read or parsed, and gradlint's own failure.
+PARSE_ERROR = ("GL000", "parse-error")
+INTERNAL_ERROR = ("GL999", "internal-error")
 # Line breaks as LibCST counts lines: the line numbers of diagnostics and edits.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 

@@ -286,3 +286,19 @@ def test_rule_documentation_and_listing() -> None:
 def test_python_dash_m_entry_point(project: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "gradlint", "buggy.py"], capture_output=True, text=True)
     assert result.returncode == 1 and "GL002" in result.stdout
+
+
+def test_version_and_help_load_neither_libcst_nor_the_engine_nor_the_rules() -> None:
+    # Every pre-commit run and every editor start pays for what the command line imports.
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from gradlint.cli import main\n"
+        "for args in (['--version'], ['--help'], ['check', '--help']):\n"
+        "    assert CliRunner().invoke(main, args).exit_code == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'libcst' or m.startswith(('gradlint.engine', "
+        "'gradlint.rules', 'gradlint.analysis'))))\n"
+    )
+    root = Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

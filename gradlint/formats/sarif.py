@@ -9,8 +9,7 @@ from pathlib import PurePath
 from urllib.parse import quote
 
 from gradlint import __version__
-from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
-from gradlint.rule import HOMEPAGE_LABELS, Diagnostic, Related, all_rules, project_url
+from gradlint.rule import HOMEPAGE_LABELS, INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, all_rules, project_url
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 # Findings that are not rules still need a reporting descriptor for their ruleIndex.

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradlint.engine import INTERNAL_ERROR, PARSE_ERROR
 from gradlint.formats.json import as_dict
-from gradlint.rule import Diagnostic, all_rules
+from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, all_rules
 from gradlint.runtime.runner import TraceRun
 
 CONFIRMED = "confirmed"
