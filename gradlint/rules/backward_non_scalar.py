@@ -10,7 +10,7 @@ from gradlint.rule import Rule
 
 SCALAR_ERROR = "'grad can be implicitly created only for scalar outputs'"
 LIGHTNING_RETURN = (
-    "training_step returns a loss that is not a scalar; Lightning calls backward() on it, "
+    "training_step returns `{loss}`, which is not a scalar; Lightning calls backward() on it, "
     "which raises 'grad can be implicitly created only for scalar outputs'"
 )
 # Keywords that hand backward() the vector of a vector-Jacobian product.
@@ -83,7 +83,8 @@ class BackwardNonScalar(Rule):
                 isinstance(returned.at, cst.Return)
                 and analysis.shapes.shape(returned.value, returned.at) is Shape.NON_SCALAR
             ):
-                self.report(returned.value, LIGHTNING_RETURN, related=self._sources(returned.value, returned.at))
+                message = LIGHTNING_RETURN.format(loss=analysis.code(returned.value))
+                self.report(returned.value, message, related=self._sources(returned.value, returned.at))
 
     def _sources(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
         named = self.analysis.code(value)

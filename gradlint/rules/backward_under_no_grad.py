@@ -12,10 +12,10 @@ from gradlint.rule import Rule
 
 GRAD_ERROR = "'element 0 of tensors does not require grad'"
 LIGHTNING_RETURN = (
-    "training_step returns a loss computed with autograd off; Lightning's backward() on it raises "
+    "training_step returns `{loss}`, computed with autograd off; Lightning's backward() on it raises "
     "'element 0 of tensors does not require grad'"
 )
-WRAPPED_STEP = "this training step runs inside torch.no_grad(), so the backward() in it raises 'does not require grad'"
+WRAPPED_STEP = "`{step}` runs inside torch.no_grad(), so the backward() in it raises 'does not require grad'"
 
 
 class BackwardUnderNoGrad(Rule):
@@ -82,7 +82,8 @@ class BackwardUnderNoGrad(Rule):
         for returned in analysis.lineage.backpropagated():
             no_grad = analysis.no_grad_values.computed_without_grad(returned.value, returned.at)
             if isinstance(returned.at, cst.Return) and no_grad:
-                self.report(returned.value, LIGHTNING_RETURN, related=self._computed(returned.value, returned.at))
+                message = LIGHTNING_RETURN.format(loss=analysis.code(returned.value))
+                self.report(returned.value, message, related=self._computed(returned.value, returned.at))
         scopes: list[Scope] = [analysis.module, *analysis.collected.functions]
         for scope in scopes:
             for event in analysis.events.scope_events(scope):
@@ -101,7 +102,8 @@ class BackwardUnderNoGrad(Rule):
         if not self._reenables_grad(analysis.context(backward).scope) and self._computed_in_helper(
             event.value, backward
         ):
-            self.report(site, WRAPPED_STEP, related=[(backward, "the helper backpropagates here")])
+            message = WRAPPED_STEP.format(step=analysis.code(site))
+            self.report(site, message, related=[(backward, "the helper backpropagates here")])
 
     def _computed(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
         named = self.analysis.code(value)

@@ -73,8 +73,11 @@ class InplaceOnGradTensor(Rule):
             target = analysis.code(operation.target)
             sources = analysis.sources(operation.target, operation.statement)
             if analysis.leaves.is_leaf(operation.target, operation.statement):
+                named = (
+                    f"`{target}`, a leaf that requires grad, is modified in place outside torch.no_grad(), which raises"
+                )
                 self.report(
-                    operation.node, related=[(source, f"`{target}` requires grad from here") for source in sources]
+                    operation.node, named, related=[(s, f"`{target}` requires grad from here") for s in sources]
                 )
             elif analysis.graphs.saved_for_backward(operation.target, operation.statement) and self._backpropagated(
                 operation

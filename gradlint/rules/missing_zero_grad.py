@@ -8,9 +8,9 @@ from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
-CLEAR_BEFORE_STEP = "gradients are cleared between backward() and step(), so the step applies nothing"
+CLEAR_BEFORE_STEP = "`{clear}` runs between backward() and step(), so the step applies nothing"
 CLEAR_EVERY_MICRO_BATCH = (
-    "gradients are cleared on every micro-batch but the optimizer steps only every few, "
+    "`{clear}` runs on every micro-batch but the optimizer steps only every few, "
     "so the accumulated gradient is thrown away"
 )
 
@@ -70,9 +70,11 @@ class MissingZeroGrad(Rule):
         for clear in step.of_kind(Kind.CLEAR):
             if self._between_backward_and_step(step, clear):
                 before = [(event.site, "the gradients are computed here") for event in backwards[:1]]
-                self.report(clear.site, CLEAR_BEFORE_STEP, related=[*before, *steps])
+                message = CLEAR_BEFORE_STEP.format(clear=self.analysis.code(clear.site))
+                self.report(clear.site, message, related=[*before, *steps])
             elif self._discards_accumulation(step, clear, backwards):
-                self.report(clear.site, CLEAR_EVERY_MICRO_BATCH, related=[(step.node, "each micro-batch"), *steps])
+                message = CLEAR_EVERY_MICRO_BATCH.format(clear=self.analysis.code(clear.site))
+                self.report(clear.site, message, related=[(step.node, "each micro-batch"), *steps])
 
     def _named(self, step: TrainingStep) -> str:
         optimizers = [event.value for event in step.of_kind(Kind.STEP) if event.value is not None]

@@ -9,7 +9,8 @@ from gradlint.analysis.origins import Binding
 from gradlint.rule import Rule
 
 NEW_LEAF = (
-    "the loss is made a new leaf that requires grad: backward() no longer fails, but no parameter gets a gradient"
+    "`{leaf}` makes the loss a new leaf that requires grad: "
+    "backward() no longer fails, but no parameter gets a gradient"
 )
 # Constructors that accept requires_grad=True; Variable(loss, requires_grad=True) detaches too.
 LEAF_CONSTRUCTORS = frozenset({"tensor", "Tensor", "FloatTensor", "DoubleTensor", "Variable"})
@@ -78,7 +79,7 @@ class NonDifferentiableLoss(Rule):
             leaf = self._new_leaf(value, statement, lineage.live)
             backward = [(statement, f"`{analysis.code(value)}` is backpropagated here")]
             if leaf is not None:
-                self.report(leaf, NEW_LEAF, related=backward)
+                self.report(leaf, NEW_LEAF.format(leaf=analysis.code(leaf)), related=backward)
             elif not lineage.live:
                 for operation in lineage.cuts:
                     cut = analysis.code(operation)

@@ -15,7 +15,7 @@ from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
 
 SUMMABLE = (
-    "two backward calls run through one graph with nothing between them; "
+    "`{first}` and `{second}` run through one graph with nothing between them; "
     "backpropagating the sum of the losses once needs no retained graph"
 )
 BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
@@ -112,7 +112,8 @@ class RetainGraphOveruse(Rule):
             named = f"retain_graph=True keeps `{loss}`'s graph alive but nothing backpropagates through it again"
             self.report(event.node, named, self._drop_retain_graph(event), [*story, *where])
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
-            self.report(event.node, SUMMABLE, related=[*story, (later[0].site, "the next backward, right after it")])
+            message = SUMMABLE.format(first=self.analysis.code(event.node), second=self.analysis.code(later[0].site))
+            self.report(event.node, message, related=[*story, (later[0].site, "the next backward, right after it")])
 
     def _loss(self, event: Event) -> str:
         return self.analysis.code(event.value) if event.value is not None else "the loss"
