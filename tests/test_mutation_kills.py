@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import tempfile
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -617,6 +618,18 @@ def test_code_only_libcst_rejects_is_reported_where_libcst_says(
     assert found.message.startswith("cannot parse: LibCST does not support this code, which CPython accepts: ")
 
 
+def test_any_other_parser_failure_on_code_cpython_accepts_is_gl000_at_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(source: object) -> cst.Module:
+        raise MemoryError("parser out of memory")
+
+    monkeypatch.setattr(cst, "parse_module", fail)
+    [found] = lint_source(LEAK, "train.py")
+    assert (found.path, found.line, found.column, found.end_column) == ("train.py", 1, 1, 1)
+    assert (found.code, found.name, found.message) == ("GL000", "parse-error", "cannot parse: parser out of memory")
+
+
 def test_code_that_only_fails_to_compile_is_not_a_syntax_error_of_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     # CPython is asked to parse, never to compile: `return` outside a function parses.
     def reject(source: object) -> cst.Module:
@@ -861,3 +874,85 @@ def test_two_insertions_at_one_point_clash() -> None:
 def test_a_clash_skips_only_the_clashing_fix_not_the_ones_after_it() -> None:
     first, clashing, later = (finding(fix=Fix(str(line), (Edit(line, 1, line, 2, "y"),))) for line in (1, 1, 2))
     assert _non_overlapping([first, clashing, later], "x = 1\nx = 2\n") == [first, later]
+
+
+# Rules
+
+# The finding of each rule's `example`: its message, then the notes of its related places.
+EXAMPLE_FINDINGS = {
+    "GL001": (
+        "`total_loss` keeps `loss`, a tensor with autograd history, across iterations: every step's graph stays alive",
+        (
+            "`loss` gets its autograd graph here",
+            "each iteration of this loop adds another graph",
+            "backward frees the step's buffers, but the graph stays referenced",
+        ),
+    ),
+    "GL002": (
+        "the gradients that `optimizer` steps with are never cleared, so each step adds onto the last",
+        ("nothing in this loop clears the gradients", "steps with the gradients of every backward so far"),
+    ),
+    "GL003": (
+        "`w`, a leaf that requires grad, is updated in place outside torch.no_grad(), which raises",
+        ("`w` requires grad from here",),
+    ),
+    "GL004": (
+        "`x`, a leaf that requires grad, is modified in place outside torch.no_grad(), which raises",
+        ("`x` requires grad from here",),
+    ),
+    "GL005": (
+        "retain_graph=True keeps `loss`'s graph alive but nothing backpropagates through it again",
+        ("the retained graph is built here", "nothing in this loop backpropagates through it again"),
+    ),
+    "GL006": (
+        "`loss` reaches the model output only through `logits.argmax(dim=1)`, which has no gradient, so nothing learns",
+        ("`loss` is backpropagated here",),
+    ),
+    "GL007": (
+        "gradients are clipped before `loss.backward()`, so the new gradients are not clipped",
+        ("the gradients are computed only here",),
+    ),
+    "GL008": (
+        "`loss.backward()` runs through a graph that `loss.backward()` already freed; this raises at runtime",
+        ("this earlier backward frees the graph",),
+    ),
+    "GL009": (
+        "`model` runs outside torch.no_grad() in evaluation code, recording a graph that is never used",
+        ("every iteration records a graph",),
+    ),
+    "GL010": (
+        "`torch.tensor([1, 2, 3], requires_grad=T…` is an integer or bool tensor, "
+        "which cannot require gradients; this raises",
+        (),
+    ),
+    "GL011": (
+        "`optimizer` is stepped directly and by `scaler.step(optimizer)`, so the parameters are updated twice",
+        ("the GradScaler steps the same optimizer here",),
+    ),
+    "GL012": (
+        "backward() is called without a gradient on `loss`, which is not a scalar, "
+        "so it raises 'grad can be implicitly created only for scalar outputs'",
+        ("`loss` keeps one value per element here",),
+    ),
+    "GL013": (
+        "backward() is called on `loss`, computed with autograd off, "
+        "so it raises 'element 0 of tensors does not require grad'",
+        ("`loss` is computed with autograd off here",),
+    ),
+    "GL014": (
+        "`torch.optim.Adam` is built inside the training loop, "
+        "so its state (momentum, Adam moments, loss scale) restarts",
+        ("every pass through this training step builds it again",),
+    ),
+    "GL015": (
+        "`hidden.retain_grad()` is called after the backward pass, so `hidden.grad` stays None",
+        ("the backward pass already ran here",),
+    ),
+}
+
+
+@pytest.mark.parametrize("code", sorted(EXAMPLE_FINDINGS))
+def test_each_rule_says_what_it_found_in_its_example_and_why_each_related_place_matters(code: str) -> None:
+    source = "import torch\n" + textwrap.dedent(all_rules()[code].example)
+    [found] = [d for d in lint_source(source, "example.py") if d.code == code]
+    assert (found.message, tuple(place.note for place in found.related)) == EXAMPLE_FINDINGS[code]
