@@ -577,6 +577,17 @@ def test_an_analysis_that_recurses_too_deep_gives_gl000_at_the_start(monkeypatch
     assert found.message == "cannot lint: the file is nested too deeply"
 
 
+def test_positions_that_recurse_too_deep_give_gl000_at_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # LibCST computes positions lazily, recursing once per level of nesting, after the analysis.
+    def recurse(*args: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(gradlint.engine, "_at", recurse)
+    [found] = lint_source(LEAK, "deep.py")
+    assert (found.path, found.line, found.column, found.code) == ("deep.py", 1, 1, "GL000")
+    assert found.message == "cannot lint: the file is nested too deeply"
+
+
 def test_a_null_byte_is_a_syntax_error_at_the_start() -> None:
     [found] = lint_source(LEAK.replace("total = 0", "total = 0\0"), "null.py")
     assert (found.line, found.column, found.code) == (1, 1, "GL000")
@@ -650,7 +661,7 @@ def test_brackets_nested_101_deep_are_refused_even_after_some_were_closed() -> N
     opening, closing = nested(99)
     source = LEAK + "x = ((" + "(1), " + opening + "1" + closing + "))\n"  # 3 deep, back to 2, then 2 + 99
     [found] = lint_source(source, "deep.py")
-    assert (found.line, found.column, found.code) == (1, 1, "GL000")
+    assert (found.path, found.line, found.column, found.code) == ("deep.py", 1, 1, "GL000")
     assert found.message == "cannot parse: brackets are nested more than 100 deep"
     opening, _ = nested(101)
     assert [d.message for d in lint_source(LEAK + "x = " + opening + "1\n", "open.py")] == [found.message]
@@ -878,7 +889,7 @@ def test_a_clash_skips_only_the_clashing_fix_not_the_ones_after_it() -> None:
 
 # Rules
 
-# The finding of each rule's `example`: its message, then the notes of its related places.
+# The finding of each rule's `example`: its message, the notes of its related places, its fix.
 EXAMPLE_FINDINGS = {
     "GL001": (
         "`total_loss` keeps `loss`, a tensor with autograd history, across iterations: every step's graph stays alive",
@@ -887,72 +898,348 @@ EXAMPLE_FINDINGS = {
             "each iteration of this loop adds another graph",
             "backward frees the step's buffers, but the graph stays referenced",
         ),
+        "use `.item()` to drop the graph",
     ),
     "GL002": (
         "the gradients that `optimizer` steps with are never cleared, so each step adds onto the last",
         ("nothing in this loop clears the gradients", "steps with the gradients of every backward so far"),
+        None,
     ),
     "GL003": (
         "`w`, a leaf that requires grad, is updated in place outside torch.no_grad(), which raises",
         ("`w` requires grad from here",),
+        "wrap the update in `with torch.no_grad():`",
     ),
     "GL004": (
         "`x`, a leaf that requires grad, is modified in place outside torch.no_grad(), which raises",
         ("`x` requires grad from here",),
+        None,
     ),
     "GL005": (
         "retain_graph=True keeps `loss`'s graph alive but nothing backpropagates through it again",
         ("the retained graph is built here", "nothing in this loop backpropagates through it again"),
+        "remove `retain_graph=True`",
     ),
     "GL006": (
         "`loss` reaches the model output only through `logits.argmax(dim=1)`, which has no gradient, so nothing learns",
         ("`loss` is backpropagated here",),
+        None,
     ),
     "GL007": (
         "gradients are clipped before `loss.backward()`, so the new gradients are not clipped",
         ("the gradients are computed only here",),
+        None,
     ),
     "GL008": (
         "`loss.backward()` runs through a graph that `loss.backward()` already freed; this raises at runtime",
         ("this earlier backward frees the graph",),
+        None,
     ),
     "GL009": (
         "`model` runs outside torch.no_grad() in evaluation code, recording a graph that is never used",
         ("every iteration records a graph",),
+        "run the loop under `torch.no_grad()`",
     ),
     "GL010": (
         "`torch.tensor([1, 2, 3], requires_grad=T…` is an integer or bool tensor, "
         "which cannot require gradients; this raises",
         (),
+        None,
     ),
     "GL011": (
         "`optimizer` is stepped directly and by `scaler.step(optimizer)`, so the parameters are updated twice",
         ("the GradScaler steps the same optimizer here",),
+        "remove the direct `optimizer.step()`",
     ),
     "GL012": (
         "backward() is called without a gradient on `loss`, which is not a scalar, "
         "so it raises 'grad can be implicitly created only for scalar outputs'",
         ("`loss` keeps one value per element here",),
+        None,
     ),
     "GL013": (
         "backward() is called on `loss`, computed with autograd off, "
         "so it raises 'element 0 of tensors does not require grad'",
         ("`loss` is computed with autograd off here",),
+        None,
     ),
     "GL014": (
         "`torch.optim.Adam` is built inside the training loop, "
         "so its state (momentum, Adam moments, loss scale) restarts",
         ("every pass through this training step builds it again",),
+        None,
     ),
     "GL015": (
         "`hidden.retain_grad()` is called after the backward pass, so `hidden.grad` stays None",
         ("the backward pass already ran here",),
+        None,
     ),
 }
 
 
 @pytest.mark.parametrize("code", sorted(EXAMPLE_FINDINGS))
-def test_each_rule_says_what_it_found_in_its_example_and_why_each_related_place_matters(code: str) -> None:
+def test_each_rule_says_what_it_found_in_its_example_why_each_place_matters_and_what_its_fix_does(code: str) -> None:
     source = "import torch\n" + textwrap.dedent(all_rules()[code].example)
     [found] = [d for d in lint_source(source, "example.py") if d.code == code]
-    assert (found.message, tuple(place.note for place in found.related)) == EXAMPLE_FINDINGS[code]
+    notes = tuple(place.note for place in found.related)
+    assert (found.message, notes, found.fix and found.fix.description) == EXAMPLE_FINDINGS[code]
+
+
+AMP = """\
+import torch
+
+scaler = torch.amp.GradScaler()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(criterion(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    scaler.step(optimizer)\n", "    if ready:\n        scaler.step(optimizer)\n"),
+        ("    optimizer.step()\n", "    loss = optimizer.step(closure)\n"),
+        ("    scaler.step(optimizer)\n", "    scaled_step()\n"),
+    ],
+    ids=["scaler-step-conditional", "direct-step-value-used", "scaler-step-in-a-helper"],
+)
+def test_gl011_removes_the_direct_step_only_where_the_scaler_step_stands_in_for_it(old: str, new: str) -> None:
+    assert [(d.code, d.fix is not None) for d in lint_source(AMP, "train.py")] == [("GL011", True)]
+    helper = "def scaled_step():\n    scaler.step(optimizer)\n\n\n"
+    source = AMP.replace(old, new).replace("for x, y in loader:", helper + "for x, y in loader:")
+    assert [(d.code, d.fix) for d in lint_source(source, "train.py")] == [("GL011", None)]
+
+
+EVALUATION = """\
+import torch
+
+def fit(model, train_loader, val_x, optimizer, criterion):
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        preds = model(val_x)
+        print(epoch, preds.argmax(1))
+"""
+
+
+def test_gl009_fix_says_it_wraps_evaluation_code_that_is_not_one_loop() -> None:
+    for source in (EVALUATION, EVALUATION.replace("        print(epoch, preds.argmax(1))\n", "")):
+        [found] = lint_source(source, "train.py")
+        assert found.fix is not None and found.fix.safe is False
+        assert (found.code, found.fix.description) == ("GL009", "run the evaluation code under `torch.no_grad()`")
+
+
+def test_gl009_evaluation_code_that_may_need_gradients_is_reported_without_a_fix() -> None:
+    source = EVALUATION.replace("print(epoch, preds.argmax(1))", "agent.update(preds)")
+    assert [(d.code, d.fix) for d in lint_source(source, "train.py")] == [("GL009", None)]
+
+
+UNREDUCED = """\
+import torch
+
+criterion = torch.nn.CrossEntropyLoss(reduction="none")
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    {backward}
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("backward", "lines"),
+    [
+        ("torch.autograd.backward(loss, torch.ones_like(loss))", []),  # the gradient is the second argument
+        ("loss.backward(retain_graph=True)", [7]),  # a keyword that is no gradient
+        ("loss.backward(torch.ones_like(loss))\n    loss.backward()", [8]),  # the one after a checked call
+    ],
+    ids=["autograd-backward-with-gradient", "keyword-is-no-gradient", "after-a-call-with-gradient"],
+)
+def test_gl012_reports_each_backward_of_a_vector_that_gets_no_gradient(backward: str, lines: list[int]) -> None:
+    found = lint_source(UNREDUCED.format(backward=backward), "train.py")
+    assert [d.line for d in found if d.code == "GL012"] == lines
+
+
+def test_gl012_a_lightning_step_returning_a_vector_names_it_and_where_it_keeps_its_elements() -> None:
+    source = """\
+import torch
+import lightning as L
+
+
+class Classifier(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y, reduction="none")
+        return loss
+"""
+    [found] = lint_source(source, "model.py")
+    assert (found.code, found.line) == ("GL012", 9)
+    assert found.message == (
+        "training_step returns `loss`, which is not a scalar; Lightning calls backward() on it, "
+        "which raises 'grad can be implicitly created only for scalar outputs'"
+    )
+    assert [(place.line, place.note) for place in found.related] == [(8, "`loss` keeps one value per element here")]
+
+
+def test_gl004_an_in_place_change_of_a_saved_tensor_names_where_it_is_saved_and_the_next_backward() -> None:
+    source = """\
+import torch
+x = torch.randn(3, requires_grad=True)
+first = x.exp()
+first.sum().backward()
+y = x.sigmoid()
+y.mul_(2)
+optimizer.step()
+y.sum().backward()
+y.mean().backward()
+"""
+    [found] = lint_source(source, "saved.py")
+    assert (found.code, found.line) == ("GL004", 6)
+    assert found.message == (
+        "`y`, saved for backward, is modified in place, so backward raises 'modified by an inplace operation'"
+    )
+    assert [(place.line, place.note) for place in found.related] == [
+        (5, "`y` is computed here and saved for backward"),
+        (8, "backward needs the saved value here"),  # the first backward after it, and only that
+    ]
+
+
+def test_gl004_an_in_place_change_in_a_helper_counts_when_its_caller_backpropagates_later() -> None:
+    source = """\
+import torch
+
+def squash(x):
+    y = x.sigmoid()
+    y.mul_(2)
+    return y
+
+x = torch.randn(3, requires_grad=True)
+out = squash(x)
+out.sum().backward()
+"""
+    assert [(d.code, d.line) for d in lint_source(source, "helper.py")] == [("GL004", 5)]
+
+
+def test_gl004_an_in_place_change_after_the_last_backward_is_not_reported() -> None:
+    source = """\
+import torch
+x = torch.randn(3, requires_grad=True)
+first = x.exp()
+first.sum().backward()
+y = x.sigmoid()
+y.mul_(2)
+"""
+    assert lint_source(source, "after.py") == []
+
+
+GL003_LOOP = """\
+import torch
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    for p in model.parameters():
+        p -= 0.1 * p.grad
+"""
+
+
+def test_gl003_in_a_loop_names_where_the_tensor_requires_grad_and_nothing_else() -> None:
+    [found] = lint_source(GL003_LOOP, "train.py")
+    assert [(place.line, place.note) for place in found.related] == [(5, "`p` requires grad from here")]
+
+
+def test_gl003_rebinding_gets_an_unsafe_fix_that_says_it_updates_in_place() -> None:
+    source = GL003_LOOP.replace("p -= 0.1 * p.grad", "p = p - 0.1 * p.grad")
+    [found] = lint_source(source, "train.py")
+    assert found.message.startswith("the parameter is rebound to a value computed with autograd on")
+    assert found.fix is not None and found.fix.safe is False
+    assert found.fix.description == "update the parameter in place under `torch.no_grad()`"
+
+
+WRAPPED_STEP = """\
+import torch
+
+def train_step(batch):
+    optimizer.zero_grad()
+    loss = criterion(model(batch), batch)
+    loss.backward()
+    optimizer.step()
+
+for batch in loader:
+    with torch.no_grad():
+        train_step(batch)
+"""
+
+
+def test_gl013_a_training_step_called_under_no_grad_names_the_call_and_the_helpers_backward() -> None:
+    [found] = lint_source(WRAPPED_STEP, "train.py")
+    assert (found.code, found.line) == ("GL013", 11)
+    assert found.message == (
+        "`train_step(batch)` runs inside torch.no_grad(), so the backward() in it raises 'does not require grad'"
+    )
+    assert [(place.line, place.note) for place in found.related] == [(6, "the helper backpropagates here")]
+    inline = WRAPPED_STEP.replace(
+        "    loss = criterion(model(batch), batch)\n    loss.backward()",
+        "    criterion(model(batch), batch).backward()",
+    )
+    assert [(d.code, d.line) for d in lint_source(inline, "train.py")] == [("GL013", 10)]
+
+
+@pytest.mark.parametrize("enable", ["torch.enable_grad()", "torch.set_grad_enabled(True)"])
+def test_gl013_a_helper_that_turns_autograd_back_on_is_not_reported(enable: str) -> None:
+    body = "".join(f"{line}\n" for line in WRAPPED_STEP.split("\n")[3:7])  # the helper's four lines
+    source = WRAPPED_STEP.replace(body, f"    with {enable}:\n" + body.replace("    ", "        "))
+    assert lint_source(source, "train.py") == []
+
+
+@pytest.mark.parametrize("backward", ["outputs[0].backward()", "loss = outputs\n    loss.backward()"])
+def test_gl013_a_helper_backpropagating_a_loss_computed_before_no_grad_is_not_reported(backward: str) -> None:
+    source = f"""\
+import torch
+
+def train_step(batch, outputs):
+    optimizer.zero_grad()
+    {backward}
+    optimizer.step()
+
+for batch in loader:
+    outputs = model(batch)
+    with torch.no_grad():
+        train_step(batch, outputs)
+"""
+    assert lint_source(source, "train.py") == []
+
+
+def test_gl013_a_backward_without_a_loss_does_not_stop_the_backwards_after_it() -> None:
+    source = "import torch\ntorch.autograd.backward()\n" + textwrap.dedent(all_rules()["GL013"].example)
+    assert [(d.code, d.line) for d in lint_source(source, "train.py")] == [("GL013", 8)]
+
+
+def test_gl013_a_lightning_step_returning_a_loss_computed_under_no_grad_names_it() -> None:
+    source = """\
+import torch
+import lightning as L
+
+
+class Classifier(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        with torch.no_grad():
+            loss = torch.nn.functional.cross_entropy(self(x), y)
+        return loss
+"""
+    [found] = lint_source(source, "model.py")
+    assert (found.code, found.line) == ("GL013", 10)
+    assert found.message == (
+        "training_step returns `loss`, computed with autograd off; "
+        "Lightning's backward() on it raises 'element 0 of tensors does not require grad'"
+    )
+    assert [(place.line, place.note) for place in found.related] == [(9, "`loss` is computed with autograd off here")]
