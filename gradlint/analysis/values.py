@@ -5,6 +5,12 @@ holds a tensor with a graph (a model or criterion output, arithmetic on one, any
 `.backward()` is called on) or provably not (`.item()`, `.detach()`, `float(...)`,
 values computed under no_grad). Unknown values count as graph-free: when in doubt,
 rules stay quiet.
+
+Unpacking a tuple keeps each element's own fact: `loss, acc = step(batch)` with a
+same-module `step` that returns `loss, accuracy(...)` leaves `acc` graph-free. The
+extra results of a forward pass (`loss, count = model.forward_loss(batch)`) are
+unknown, unless the scope feeds them back into a forward pass (a recurrent state:
+`out, hidden = rnn(x, hidden)`) or backpropagates them.
 """
 
 from __future__ import annotations
@@ -76,7 +82,9 @@ class GradValues:
         self._env_at: dict[cst.CSTNode, Env] = {}
         self._walked: set[Scope] = set()
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
+        self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
+        self._state_keys: dict[Scope, frozenset[str]] = {}
 
     def env_before(self, statement: cst.CSTNode) -> Env:
         """What is known about names just before `statement` runs."""
@@ -106,6 +114,45 @@ class GradValues:
                     keys.update(operand_names(event.value, self.roles.imports.aliases))
             self._backprop_keys[scope] = frozenset(keys)
         return self._backprop_keys[scope]
+
+    def state_keys(self, scope: Scope) -> frozenset[str]:
+        """Names passed into a forward pass in `scope` (`hidden` in `model(x, hidden)`)."""
+        if scope not in self._state_keys:
+            keys: set[str] = set()
+            for call in self.collected.calls_in_scope(scope):
+                func = call.func
+                method = func.attr.value if isinstance(func, cst.Attribute) else None
+                if self._is_forward_call(func, method, scope):
+                    for arg in call.args:
+                        keys.update(operand_names(arg.value, self.roles.imports.aliases))
+            self._state_keys[scope] = frozenset(keys)
+        return self._state_keys[scope]
+
+    def elements(self, node: cst.BaseExpression, count: int, env: Env, scope: Scope) -> list[bool | None] | None:
+        """The fact of each of `count` values unpacked from `node` (None: unknown), or None when not known apart.
+
+        A tuple written out, and a same-module helper whose every `return` writes one,
+        keep their elements apart; a forward pass's first result is its output and the
+        others are unknown unless fed back into a forward pass or backpropagated.
+        """
+        if isinstance(node, (cst.Tuple, cst.List)):
+            if len(node.elements) != count or any(isinstance(e, cst.StarredElement) for e in node.elements):
+                return None
+            return [self.evaluate(element.value, env, scope) for element in node.elements]
+        if not isinstance(node, cst.Call):
+            return None
+        helper = self.events.resolve_helper(node) if node in self.collected.contexts else None
+        if helper is not None:
+            returned = self.returned_elements(helper)
+            if returned is None or len(returned) != count:
+                return None
+            args_grad = any(self.evaluate(arg.value, env, scope) for arg in node.args)
+            return [always or (if_args and args_grad) for always, if_args in returned]
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in DETACHING_METHODS or not self._is_forward_call(func, method, scope):
+            return None
+        return [True] + [None] * (count - 1)
 
     def evaluate(self, node: cst.BaseExpression, env: Env, scope: Scope) -> bool:
         """Whether `node` carries a graph under `env` in `scope`."""
@@ -172,19 +219,34 @@ class GradValues:
         """(always, if_arguments_do): whether a same-module function returns a graph."""
         if function in self._returns:
             return self._returns[function]
-        self._returns[function] = (False, False)  # recursion guard
-        always = self._any_return_grad(function, {})
+        self._returns[function] = (False, False)  # recursion guards
+        self._returned_elements[function] = None
+        always = self._walk_returns(function, {})
+        always_elements = always.returned_elements()
+        if always.returns_grad and always_elements is None:
+            self._returns[function] = (True, True)  # nothing more to learn from the arguments
+            return self._returns[function]
         params = {param.name.value: True for param in function.params.params if param.name.value != "self"}
-        if_args = always or self._any_return_grad(function, params)
-        self._returns[function] = (always, if_args)
-        return always, if_args
+        if_args = self._walk_returns(function, params)
+        self._returns[function] = (always.returns_grad, always.returns_grad or if_args.returns_grad)
+        if_args_elements = if_args.returned_elements()
+        if always_elements is not None and if_args_elements is not None:
+            self._returned_elements[function] = tuple(
+                (first, first or second) for first, second in zip(always_elements, if_args_elements, strict=True)
+            )
+        return self._returns[function]
 
-    def _any_return_grad(self, function: cst.FunctionDef, initial: dict[str, bool]) -> bool:
+    def returned_elements(self, function: cst.FunctionDef) -> tuple[tuple[bool, bool], ...] | None:
+        """(always, if_arguments_do) per element, when every `return` of `function` writes a tuple of one length."""
+        self.returns_grad(function)
+        return self._returned_elements[function]
+
+    def _walk_returns(self, function: cst.FunctionDef, initial: dict[str, bool]) -> _Walker:
         walker = _Walker(self, function, initial, recording=not initial)
         walker.walk_scope(function)
         if not initial:
             self._walked.add(function)
-        return walker.returns_grad
+        return walker
 
 
 def names_in(node: cst.CSTNode) -> Iterator[str]:
@@ -210,7 +272,7 @@ def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
         elif key is not None and key.split(".")[0] not in (*modules, "self"):
             yield key  # loss.mean(), but not F.mse_loss(...) or self.criterion(...)
         for arg in node.args:
-            yield from operand_names(arg, modules)
+            yield from operand_names(arg.value, modules)  # not the keyword's name
         return
     if isinstance(node, cst.BaseExpression) and dotted_name(node) is not None:
         yield from names_in(node)
@@ -232,6 +294,13 @@ class _Walker(ForwardWalk[bool]):
         self.env = dict(initial)
         self.recording = recording
         self.returns_grad = False
+        self.returned: list[tuple[bool, ...] | None] = []  # per `return`: its elements' facts, if a tuple
+
+    def returned_elements(self) -> tuple[bool, ...] | None:
+        """Each element's fact over every `return`, when all of them write a tuple of one length."""
+        if not self.returned or None in self.returned or len({len(r or ()) for r in self.returned}) != 1:
+            return None
+        return tuple(any(column) for column in zip(*(r for r in self.returned if r is not None), strict=True))
 
     def record(self, statement: cst.CSTNode) -> None:
         if self.recording:
@@ -251,12 +320,8 @@ class _Walker(ForwardWalk[bool]):
         context = self.values.collected.contexts.get(statement)
         no_grad = context is not None and context.no_grad
         if isinstance(statement, cst.Assign):
-            grad = not no_grad and self.values.evaluate(statement.value, self.env, self.scope)
             for target in statement.targets:
-                if grad and self._unpacks_loss_call(target.target, statement.value):
-                    self._assign_loss_and_extras(target.target)
-                else:
-                    self.assign(target.target, grad)
+                self._assign_value(target.target, statement.value, no_grad)
         elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
             self.assign(statement.target, not no_grad and self.values.evaluate(statement.value, self.env, self.scope))
         elif isinstance(statement, cst.AugAssign):
@@ -265,8 +330,16 @@ class _Walker(ForwardWalk[bool]):
                 grad = self.env.get(key, False) or self.values.evaluate(statement.value, self.env, self.scope)
                 self.env = {**self.env, key: grad}
         elif isinstance(statement, cst.Return) and statement.value is not None:
-            self.returns_grad = self.returns_grad or (
-                not no_grad and self.values.evaluate(statement.value, self.env, self.scope)
+            value = statement.value
+            self.returns_grad = self.returns_grad or (not no_grad and self.values.evaluate(value, self.env, self.scope))
+            written = isinstance(value, cst.Tuple) and not any(
+                isinstance(e, cst.StarredElement) for e in value.elements
+            )
+            elements = value.elements if isinstance(value, cst.Tuple) and written else None
+            self.returned.append(
+                None
+                if elements is None
+                else tuple(not no_grad and self.values.evaluate(e.value, self.env, self.scope) for e in elements)
             )
         elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             self._apply_inplace_call(statement.value)
@@ -283,23 +356,26 @@ class _Walker(ForwardWalk[bool]):
         ):
             self.env = {**self.env, key: False}
 
-    def _unpacks_loss_call(self, target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
-        return (
-            isinstance(target, (cst.Tuple, cst.List))
-            and isinstance(value, cst.Call)
-            and self.values.roles.role(value.func) is Role.LOSS_FN
-        )
+    def _assign_value(self, target: cst.BaseExpression, value: cst.BaseExpression, no_grad: bool) -> None:
+        if not no_grad and isinstance(target, (cst.Tuple, cst.List)):
+            elements = self.values.elements(value, len(target.elements), self.env, self.scope)
+            if elements is not None and not any(isinstance(e, cst.StarredElement) for e in target.elements):
+                for element, grad in zip(target.elements, elements, strict=True):
+                    self._assign_element(element.value, grad)
+                return
+        self.assign(target, not no_grad and self.values.evaluate(value, self.env, self.scope))
 
-    def _assign_loss_and_extras(self, target: cst.BaseExpression) -> None:
-        # `loss, stats = criterion(out, y)`: the first value is the loss; the extras are
-        # usually logging values of unknown kind, so nothing is assumed about them.
-        assert isinstance(target, (cst.Tuple, cst.List))
-        first, *extras = target.elements
-        self.assign(first.value, True)
-        for element in extras:
-            key = dotted_name(element.value)
-            if key is not None:
-                self.env = {k: v for k, v in self.env.items() if k != key}
+    def _assign_element(self, target: cst.BaseExpression, grad: bool | None) -> None:
+        if grad is not None:
+            self.assign(target, grad)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._assign_element(element.value, None)
+        elif (key := dotted_name(target)) is not None:
+            if key in self.values.state_keys(self.scope) or key in self.values.backprop_keys(self.scope):
+                self.env = {**self.env, key: True}
+            else:
+                self.env = {k: v for k, v in self.env.items() if k != key}  # unknown: nothing assumed
 
     def assign(self, target: cst.BaseExpression, grad: bool) -> None:
         """Bind `target` (a name, attribute or tuple of them) to a value with or without a graph."""
