@@ -5,7 +5,11 @@ are called with `retain_graph=True` (or `create_graph=True`). A forward walk ove
 scope gives every graph-carrying value the set of computations ("nodes") its graph
 holds: a fresh node for each execution of the statement that computed it, plus the
 nodes of the graph-carrying values it was computed from (not through `.detach()`,
-`.item()` and other operations without history). A backward frees its value's nodes;
+`.item()` and other operations without history). An entry read with a constant key
+(`losses["actor"]`) holds its own node in place of the container's: the entries of a
+forward pass's result are not known to share a graph (an actor and a critic loss
+returned together), unless the container was computed from a graph-carrying value
+that they then share too. A backward frees its value's nodes;
 a later backward whose value holds a freed node raises "Trying to backward through the
 graph a second time". Loops are walked twice, so a value computed once before a loop,
 or a hidden state carried round it without `.detach()`, shows up on the second pass.
@@ -148,6 +152,9 @@ class FreedGraphs:
             if isinstance(node, cst.Attribute):
                 yield from self.graph_reads(node.value)
             return
+        if isinstance(node, cst.Subscript) and (entry := _entry_key(node)) is not None:
+            yield entry
+            return
         if isinstance(node, cst.Call):
             if not self._cuts_history(node):
                 yield node
@@ -195,6 +202,7 @@ class _Walker:
         self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
         self.parameters = _parameters(scope)
         self.freed_by: dict[int, cst.CSTNode] = {}
+        self.entries: dict[tuple[int, str], int] = {}  # (container's own node, key) -> the entry's node
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
         self.exits: list[_State] = []
         self.returns_backpropagated = isinstance(scope, cst.FunctionDef) and scope.name.value == LIGHTNING_STEP
@@ -363,11 +371,23 @@ class _Walker:
                 continue
             if key in state.env:
                 nodes |= state.env[key]
+            elif key.endswith("]") and (container := state.env.get(key.split("[", 1)[0])):
+                nodes |= self._entry_nodes(container, key)
         return frozenset(nodes)
 
+    def _entry_nodes(self, container: Nodes, key: str) -> Nodes:
+        # The newest node is the container's own computation; the older ones it read are shared.
+        own = max(container)
+        if (own, key) not in self.entries:
+            self.entries[(own, key)] = self._fresh_id()
+        return (container - {own}) | {self.entries[(own, key)]}
+
     def _fresh(self) -> Nodes:
+        return frozenset({self._fresh_id()})
+
+    def _fresh_id(self) -> int:
         self.counter += 1
-        return frozenset({self.counter})
+        return self.counter
 
     def _bind(self, target: cst.BaseExpression, nodes: Nodes, state: _State) -> _State:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -378,6 +398,17 @@ class _Walker:
         if key is None:
             return state
         return _State({**state.env, key: nodes}, state.freed)
+
+
+def _entry_key(node: cst.Subscript) -> str | None:
+    """`losses["actor"]` for an entry of a named container read with one constant key, else None."""
+    container = dotted_name(node.value)
+    if container is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice.value
+    if not isinstance(index, (cst.SimpleString, cst.Integer)):
+        return None
+    return f"{container}[{index.value}]"
 
 
 def _refine(test: cst.BaseExpression, state: _State) -> tuple[_State, _State]:
