@@ -119,6 +119,27 @@ class Collected:
                 grouped.setdefault(loop, []).append(call)
         return grouped
 
+    def in_body(self, branch: cst.If, node: cst.CSTNode) -> bool:
+        """Whether `node`, inside `branch`, is in its body rather than its `else`/`elif`."""
+        if branch not in self._bodies:
+            found: set[cst.CSTNode] = set()
+            pending: list[cst.CSTNode] = [branch.body]
+            while pending:
+                current = pending.pop()
+                found.add(current)
+                pending.extend(current.children)
+            self._bodies[branch] = frozenset(found)
+        return node in self._bodies[branch]
+
+    def exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether two statements or calls lie in different branches of one `if`, so one run sees one of them."""
+        shared = [b for b in self.contexts[first].ifs if isinstance(b, cst.If) and b in self.contexts[second].ifs]
+        return any(self.in_body(branch, first) != self.in_body(branch, second) for branch in shared)
+
+    @cached_property
+    def _bodies(self) -> dict[cst.If, frozenset[cst.CSTNode]]:
+        return {}
+
     # Indexed once: scanning every statement of the module per region is quadratic.
     @cached_property
     def _statements_by_scope(self) -> dict[Scope, list[cst.BaseSmallStatement]]:

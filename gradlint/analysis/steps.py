@@ -2,7 +2,9 @@
 
 Events are gathered per scope in evaluation order. A call to a function or method of
 the same module is replaced by that function's own events, so a `zero_grad()` inside
-`self._step(batch)` counts for the loop that calls it.
+`self._step(batch)` counts for the loop that calls it. Events a helper runs only when
+an optional argument is given (`if opt is not None: loss.backward()`) are left out of
+the calls that do not give it: `loss_batch(model, loss_fn, xb, yb)` evaluates.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Roles
 
 MAX_INLINE_DEPTH = 4
+JUMPS = (cst.Return, cst.Raise)
 # opt.zero_grad(), and helpers of other libraries named for it: pyro's zero_grads(params).
 CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_grad", "clear_grads"})
 # torch.nn.utils and Accelerate spell it clip_grad_*, Lightning and Fabric clip_gradients.
@@ -255,6 +258,8 @@ class EventIndex:
         return events
 
     def _inline(self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int) -> list[Event]:
+        omitted = _omitted_optionals(helper, site) if isinstance(site, cst.Call) else frozenset()
+        exits = self._exits_without(helper, omitted)
         return [
             Event(
                 event.kind,
@@ -268,7 +273,40 @@ class EventIndex:
                 event.retain_graph,
             )
             for event in self.scope_events(helper, depth + 1)
+            if not (omitted and self.context(event.node).scope is helper and self._needs_any(event, omitted, exits))
         ]
+
+    def _exits_without(self, helper: cst.FunctionDef, omitted: frozenset[str]) -> list[int]:
+        """Where `helper` returns early when an omitted parameter is missing (`if opt is None: return`)."""
+        if not omitted or not isinstance(helper.body, cst.IndentedBlock):
+            return []
+        exits = []
+        for statement in helper.body.body:
+            if not isinstance(statement, cst.If) or statement.orelse is not None:
+                continue
+            guarded = _guarded_name(statement.test)
+            last = statement.body.body[-1] if statement.body.body else None
+            if isinstance(last, cst.SimpleStatementLine):
+                last = last.body[-1]
+            if guarded is not None and guarded[0] in omitted and not guarded[1] and isinstance(last, JUMPS):
+                exits.append(self.collected.order[last])
+        return exits
+
+    def _needs_any(self, event: Event, omitted: frozenset[str], exits: list[int]) -> bool:
+        """Whether `event` runs only when one of the `omitted` parameters is given."""
+        if any(self.collected.order[event.node] > exit_order for exit_order in exits):
+            return True
+        for branch in event.ifs:
+            if not isinstance(branch, cst.If):
+                continue
+            guarded = _guarded_name(branch.test)
+            if (
+                guarded is not None
+                and guarded[0] in omitted
+                and self.collected.in_body(branch, event.node) == guarded[1]
+            ):
+                return True
+        return False
 
     def call_toward(self, scope: Scope, node: cst.CSTNode) -> cst.CSTNode | None:
         """`node` if it is written in `scope`, else the call in `scope` of the helper that runs it."""
@@ -309,6 +347,52 @@ class EventIndex:
                 steps.append(TrainingStep(function, function, all_events[function]))
         steps.sort(key=lambda step: self.collected.order[step.node])
         return steps
+
+
+def _omitted_optionals(helper: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
+    """Parameters of `helper` that default to None and that `call` does not pass."""
+    if any(arg.star for arg in call.args):
+        return frozenset()  # *args or **kwargs: anything may be passed
+    positional = list(helper.params.posonly_params) + list(helper.params.params)
+    if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        positional = positional[1:]
+    given = sum(1 for arg in call.args if arg.keyword is None)
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    candidates = list(enumerate(positional))
+    candidates += [(len(positional), param) for param in helper.params.kwonly_params]
+    return frozenset(
+        param.name.value
+        for index, param in candidates
+        if _is_none(param.default) and index >= given and param.name.value not in keywords
+    )
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _guarded_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
+    """(name, whether the body runs when it is given) for `if p`, `if not p`, `if p is not None`, `if p is None`."""
+    if isinstance(test, cst.Name):
+        return test.value, True
+    if (
+        isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and isinstance(test.expression, cst.Name)
+    ):
+        return test.expression.value, False
+    if (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and len(test.comparisons) == 1
+        and _is_none(test.comparisons[0].comparator)
+    ):
+        operator = test.comparisons[0].operator
+        if isinstance(operator, cst.IsNot):
+            return test.left.value, True
+        if isinstance(operator, cst.Is):
+            return test.left.value, False
+    return None
 
 
 def _backprops_and_steps(events: tuple[Event, ...]) -> bool:
