@@ -6,7 +6,9 @@ a graph (see `values`) or is computed from a leaf that requires grad (see `leave
 An operation saves a tensor for backward when its derivative needs it: `exp`,
 `sigmoid`, `tanh`, `relu`, `softmax` save their output; `log`, `pow`, `sin`, a layer
 call and a product with another tensor that requires grad save their input. Changing
-a saved tensor in place makes backward raise.
+a saved tensor in place makes backward raise. A view shares what it views (`h[0]`,
+`h.t()`), a copy does not (`h[mask]`, `h[idx]` with a tensor index); a container (a
+dict of outputs) is never saved itself.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSof
 NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
 MAX_DEPTH = 8
+CONTAINERS = frozenset({"dict", "list", "set", "tuple", "defaultdict", "OrderedDict"})
 
 
 class Graphs:
@@ -197,7 +200,7 @@ class Graphs:
         """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
         key = dotted_name(target)
         definition = self.definition(key, at) if key is not None else None
-        if key is None or definition is None or definition.value is None:
+        if key is None or definition is None or definition.value is None or _is_container(definition.value):
             return False
         if not self.requires_grad(definition.value, definition):
             return False
@@ -207,7 +210,11 @@ class Graphs:
         if start > end:
             return False  # assigned later in a loop body: the value came round from the last iteration
         scope = self.collected.contexts[at].scope
-        between = [s for s in self.collected.statements_in_scope(scope) if start < self.collected.order[s] < end]
+        between = [
+            s
+            for s in self.collected.statements_in_scope(scope)
+            if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
+        ]
         return any(self._saves(node, key, statement) for statement in between for node in _walk(statement))
 
     def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:
@@ -269,12 +276,35 @@ def _saves_output(value: cst.BaseExpression) -> bool:
     return False
 
 
+def _is_container(value: cst.BaseExpression) -> bool:
+    """A dict, list, set or tuple built here: no op saves the container, only (maybe) its tensors."""
+    if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set, cst.SetComp, cst.Tuple)):
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in CONTAINERS
+
+
+def _is_view_index(node: cst.Subscript) -> bool:
+    """`h[0]`, `h[:, 1:]`, `h[..., None]`: basic indexing gives a view; a tensor or mask index (`h[mask]`) copies."""
+    for element in node.slice:
+        index = element.slice
+        if not isinstance(index, cst.Index):
+            continue  # a slice
+        value = index.value
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            value = value.expression
+        if not (
+            isinstance(value, (cst.Integer, cst.Ellipsis)) or (isinstance(value, cst.Name) and value.value == "None")
+        ):
+            return False
+    return True
+
+
 def _refers_to(node: cst.BaseExpression, key: str) -> bool:
-    # The tensor itself or a view of it: h, h[0], h.view(-1), h.t()
+    # The tensor itself or a view of it: h, h[0], h.view(-1), h.t() (not a copy: h[mask])
     while True:
         if dotted_name(node) == key:
             return True
-        if isinstance(node, cst.Subscript):
+        if isinstance(node, cst.Subscript) and _is_view_index(node):
             node = node.value
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEWS:
             node = node.func.value

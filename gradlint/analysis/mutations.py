@@ -2,7 +2,8 @@
 
 An in-place operation is a method ending in `_` (`x.add_(1)`, chained
 `buf.mul_(m).add_(g)`), an augmented assignment (`x += 1`, which `torch.Tensor`
-implements in place) or an item assignment (`x[0] = 5`). A manual update changes a
+implements in place) or an item assignment (`x[0] = 5`; `out["logits"] = y` stores into a
+dict and is none). A manual update changes a
 leaf that requires grad using a gradient (`p -= lr * p.grad`, `p.add_(g, alpha=-lr)`
 with `g` from `torch.autograd.grad`), or rebinds it (`w = w - lr * w.grad`).
 """
@@ -79,9 +80,18 @@ def _statement_operation(statement: cst.BaseSmallStatement) -> InPlace | None:
         return InPlace(statement, _base(statement.target), statement, (statement.value,))
     if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
         target = statement.targets[0].target
-        if isinstance(target, cst.Subscript):
+        if isinstance(target, cst.Subscript) and not _is_keyed(target):
             return InPlace(statement, _base(target), statement, (statement.value,))
     return None
+
+
+def _is_keyed(target: cst.Subscript) -> bool:
+    """`outputs["logits"] = ...`: a string key stores into a dict; no tensor is indexed by one."""
+    return any(
+        isinstance(element.slice, cst.Index)
+        and isinstance(element.slice.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
+        for element in target.slice
+    )
 
 
 def _base(target: cst.BaseExpression) -> cst.BaseExpression:

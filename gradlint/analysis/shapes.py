@@ -172,10 +172,11 @@ class Shapes:
     def _shape_of_constructed(self, constructor: cst.Call | None, role: Role) -> Shape:
         if constructor is None:
             return Shape.UNKNOWN
-        if role is Role.LOSS_FN:
-            if not (last_name(constructor.func) or "").endswith("Loss"):
-                return Shape.UNKNOWN
+        # What built it decides, not the role: `criterion: nn.Module` may hold an nn.CrossEntropyLoss.
+        if (last_name(constructor.func) or "").endswith("Loss"):
             return Shape.NON_SCALAR if _reduces_nothing(constructor) else Shape.SCALAR
+        if role is Role.LOSS_FN:
+            return Shape.UNKNOWN
         qualified = self.roles.imports.resolve(constructor.func) or ""
         cls = self.roles.classes.get(qualified)
         if cls is not None:
