@@ -378,10 +378,12 @@ class Lineages:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None and depth < MAX_DEPTH:
             return self._trace_helper(call, helper, at, bindings, depth)
+        if self.roles.role(func.value) is Role.MODEL:
+            return SOURCE  # model.encode(x), discriminator.compute_loss(fake.detach(), 0): its own parameters
         if self.is_criterion_call(call):
             return self._trace_criterion(call, at, bindings, depth)
-        if self._is_model_call(func, at) or self.roles.role(func.value) is Role.MODEL:
-            return SOURCE  # model(x), self.encoder(x), model.encode(x)
+        if self._is_model_call(func, at):
+            return SOURCE  # model(x), self.encoder(x)
         receiver = self._trace(func.value, at, bindings, depth)
         if method in CUTTING_METHODS:
             return receiver.cut_by(call)
