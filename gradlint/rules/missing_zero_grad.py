@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
+from gradlint.analysis.origins import Binding, Definition
+from gradlint.analysis.values import operand_names
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
@@ -13,6 +15,8 @@ CLEAR_EVERY_MICRO_BATCH = (
     "`{clear}` runs on every micro-batch but the optimizer steps only every few, "
     "so the accumulated gradient is thrown away"
 )
+
+MAX_DEPTH = 4
 
 
 class MissingZeroGrad(Rule):
@@ -45,6 +49,7 @@ class MissingZeroGrad(Rule):
     code = "GL002"
     name = "missing-zero-grad"
     message = "gradients are never cleared in this training step, so each step adds onto the last"
+    quiet_in_tests = True
     requires = (b"backward", b"step")
     example = """
         for x, y in loader:
@@ -94,9 +99,11 @@ class MissingZeroGrad(Rule):
 
     def _uncleared_backward(self, step: TrainingStep) -> Event | None:
         clears = step.of_kind(Kind.CLEAR)
+        steps = [event for event in step.of_kind(Kind.STEP) if not self._fresh_single_step(step, event)]
+        if not steps:
+            return None
         if not clears:
             return None if _caller_owns_optimizer(step) else step.of_kind(Kind.BACKWARD)[0]
-        steps = step.of_kind(Kind.STEP)
         targets = {event.target for event in steps}
         if len(targets) < 2 or None in targets or any(not self._clears_one_optimizer(c) for c in clears):
             return None  # one optimizer, or a clear that covers every parameter
@@ -105,6 +112,64 @@ class MissingZeroGrad(Rule):
             if event.target not in cleared:
                 return _last_before(step.events, event, Kind.BACKWARD)
         return None
+
+    def _fresh_single_step(self, step: TrainingStep, event: Event) -> bool:
+        """One step of an optimizer built, outside any loop, from parameters built in the same function.
+
+        Ex) a test that builds a model and its optimizer, backpropagates once and steps once:
+        no earlier gradients exist to add onto, however often the function is called.
+        """
+        analysis = self.analysis
+        key = event.target
+        if not isinstance(event.node, cst.Call) or key is None:
+            return False
+        scope = analysis.context(event.node).scope
+        if not isinstance(scope, cst.FunctionDef) or analysis.context(event.node).loops:
+            return False
+        direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.node is other.site]
+        if event.node is event.site and len(direct) != 1:
+            return False
+        at = analysis.statement_of(event.node)
+        definitions = analysis.origins.definitions(key, at)
+        return bool(definitions) and all(self._built_here(definition, scope) for definition in definitions)
+
+    def _built_here(self, definition: Definition, scope: cst.FunctionDef) -> bool:
+        # SGD(model.parameters()), optim_cls(params) with `model`/`params` made in the function,
+        # not `self.optimizers()`, which hands back an existing one, nor an optimizer of a model passed in.
+        analysis = self.analysis
+        value = definition.value
+        if (
+            definition.binding is not Binding.ASSIGN
+            or analysis.context(definition.node).scope is not scope
+            or analysis.context(definition.node).loops
+            or not isinstance(value, cst.Call)
+            or not (isinstance(value.func, cst.Name) or analysis.roles.imports.resolve(value.func) is not None)
+        ):
+            return False
+        positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
+        params = [arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "params"]
+        return all(self._made_in(param, definition.node, scope, 0) for param in positional[:1] + params)
+
+    def _made_in(self, value: cst.BaseExpression, at: cst.CSTNode, scope: cst.FunctionDef, depth: int) -> bool:
+        """Whether every name `value` reads was assigned in `scope` from values made there too."""
+        analysis = self.analysis
+        if depth > MAX_DEPTH:
+            return False
+        for name in operand_names(value, analysis.roles.imports.aliases):
+            if name in ("True", "False", "None"):
+                continue
+            definitions = analysis.origins.definitions(name, at)
+            if "." in name and all(d.binding is Binding.OUTSIDE for d in definitions):
+                definitions = analysis.origins.definitions(name.split(".", 1)[0], at)  # `reference.weight`
+            if not definitions or any(
+                d.binding is not Binding.ASSIGN
+                or analysis.context(d.node).scope is not scope
+                or d.value is None
+                or not self._made_in(d.value, d.node, scope, depth + 1)
+                for d in definitions
+            ):
+                return False
+        return True
 
     def _clear_first(self, step: TrainingStep, backward: Event) -> Fix | None:
         """Insert `optimizer.zero_grad()` before the backward: unsafe, as accumulating may be intended."""

@@ -14,8 +14,9 @@ from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3
 # Functions a framework or loop calls once per batch (`training_step`, `train_on_batch`);
-# a function with another name that backpropagates and steps may well run once.
-PER_BATCH_FUNCTION = re.compile(r"_?(\w+_)?step|_?(train|fit|update)(_on)?_batch|_?train_iter(ation)?")
+# a function with another name that backpropagates and steps may well run once, and so does a
+# pytest `test_*` function.
+PER_BATCH_FUNCTION = re.compile(r"(?!test)(_?(\w+_)?step|_?(train|fit|update)(_on)?_batch|_?train_iter(ation)?)")
 
 
 class OptimizerInLoop(Rule):
@@ -49,6 +50,7 @@ class OptimizerInLoop(Rule):
         "an optimizer or GradScaler is built inside the training loop, "
         "so its state (momentum, Adam moments, loss scale) restarts every step"
     )
+    quiet_in_tests = True
     requires = (b"backward", b"step")
     example = """
         for x, y in loader:
