@@ -96,6 +96,13 @@ class Reported:
     related: tuple[tuple[cst.CSTNode, str], ...]
 
 
+QUIET_IN_TESTS = (
+    "Not reported inside tests (a module-level `test*` function, or a `test*` method of a class named\n"
+    "`*Test*` or derived from a `TestCase`): a test runs a tiny model once, and often does on purpose\n"
+    "what a training loop must not. See docs/how-it-works.md."
+)
+
+
 class Rule:
     """Base class of every rule; subclasses are registered when they are defined.
 
@@ -113,6 +120,10 @@ class Rule:
     # entry that is a tuple of byte strings needs any one of them. The engine runs a rule
     # only on files that hold them, and parses no file that no enabled rule could fire on.
     requires: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
+    # A rule about waste or loop hygiene (a kept graph, a missing no_grad, a retained graph)
+    # stays quiet inside test functions, which run a tiny model once and often do on purpose
+    # what a training loop must not (two backwards to test accumulation).
+    quiet_in_tests: ClassVar[bool] = False
 
     registry: ClassVar[dict[str, type[Rule]]] = {}
 
@@ -138,6 +149,8 @@ class Rule:
         `related` are (node, note) pairs: the other places of this module that explain the
         finding, in the order a reader should visit them.
         """
+        if self.quiet_in_tests and self.analysis.in_test(node):
+            return
         self.reported.append(Reported(node, message or self.message, fix, tuple(related)))
 
     def check_module(self) -> None:
@@ -154,7 +167,7 @@ class Rule:
     @classmethod
     def documentation(cls) -> str:
         """The rule's full user documentation: docstring, example and fix."""
-        doc = inspect.cleandoc(cls.__doc__ or "")
+        doc = cls._doc()
         url = cls.docs_url()
         link = f"\nDocumentation: {url}\n" if url else ""
         return (
@@ -163,6 +176,11 @@ class Rule:
             f"Use instead\n{textwrap.indent(textwrap.dedent(cls.use_instead).strip(), '    ')}\n"
             f"{link}"
         )
+
+    @classmethod
+    def _doc(cls) -> str:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        return f"{doc}\n\nIn tests\n{QUIET_IN_TESTS}" if cls.quiet_in_tests else doc
 
     @classmethod
     def anchor(cls) -> str:
@@ -183,10 +201,12 @@ class Rule:
     @classmethod
     def markdown(cls) -> str:
         """The rule's documentation as a Markdown section of docs/rules.md."""
-        doc = inspect.cleandoc(cls.__doc__ or "")
-        summary, _, body = doc.partition("\n")
+        summary, _, body = cls._doc().partition("\n")
         body = re.sub(
-            r"^(Why is this bad\?|Known problems|Fix safety|Options|References)$", r"\n### \1\n", body, flags=re.M
+            r"^(Why is this bad\?|Known problems|Fix safety|Options|References|In tests)$",
+            r"\n### \1\n",
+            body,
+            flags=re.M,
         )
         return (
             f"## {cls.code} {cls.name}\n\n{summary}\n{body}\n\n"

@@ -18,7 +18,7 @@ from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Leaves
 from gradlint.analysis.lineage import Lineages
 from gradlint.analysis.mutations import Mutations
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
 from gradlint.analysis.roles import Role, Roles
@@ -52,6 +52,25 @@ class ModuleAnalysis:
     def lines(self) -> list[str]:
         """The source's lines without their line breaks; `lines[n - 1]` is line n of a position."""
         return LINE_BREAK.split(self.module.code)
+
+    def in_test(self, node: cst.CSTNode) -> bool:
+        """Whether `node` is in a test as pytest and unittest find them.
+
+        A module-level `test*` function, or a `test*` method of a class whose name says
+        Test (`TestModel`, `RpcTest`, `_DistTestBase`) or that derives from a `*TestCase`,
+        and the functions nested in them. A `Trainer.test()` method is evaluation code.
+        """
+        context = self.collected.contexts.get(node)
+        function = node if isinstance(node, cst.FunctionDef) else context.function if context is not None else None
+        while function is not None:
+            scope = self.collected.def_scopes.get(function)
+            owner = self.collected.owners.get(function)
+            if function.name.value.startswith("test") and (
+                isinstance(scope, cst.Module) or (owner is not None and _is_test_class(owner))
+            ):
+                return True
+            function = scope if isinstance(scope, cst.FunctionDef) else None
+        return False
 
     @cached_property
     def is_torch_code(self) -> bool:
@@ -211,3 +230,7 @@ class ModuleAnalysis:
 def analyze(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> ModuleAnalysis:
     """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules."""
     return ModuleAnalysis(module, collect(module, wanted_types))
+
+
+def _is_test_class(owner: cst.ClassDef) -> bool:
+    return "Test" in owner.name.value or any((last_name(base.value) or "").endswith("TestCase") for base in owner.bases)

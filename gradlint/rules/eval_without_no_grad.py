@@ -52,6 +52,7 @@ class EvalWithoutNoGrad(Rule):
         "the model runs outside torch.no_grad() in evaluation code, "
         "recording a graph that is never used and wasting memory and time"
     )
+    quiet_in_tests = True
     requires = ((b"for", b"while"),)
     example = """
         model.eval()

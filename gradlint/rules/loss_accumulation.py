@@ -50,6 +50,7 @@ class LossAccumulation(Rule):
     code = "GL001"
     name = "loss-accumulation"
     message = "a tensor with autograd history is accumulated across iterations, keeping every step's graph alive"
+    quiet_in_tests = True
     requires = (b"backward",)
     example = """
         total_loss = 0

@@ -70,6 +70,7 @@ class RetainGraphOveruse(Rule):
     code = "GL005"
     name = "retain-graph-overuse"
     message = "retain_graph=True keeps the graph alive but nothing backpropagates through it again, wasting memory"
+    quiet_in_tests = True
     requires = (b"retain_graph", b"backward")
     example = """
         for x, y in loader:
