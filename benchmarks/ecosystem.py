@@ -1,10 +1,17 @@
 """Run gradlint over pinned releases of real PyTorch projects and tabulate every finding.
 
-Like Ruff's ecosystem checks: the wheels (which hold the projects' Python sources) are
-downloaded from the package index with pip, unpacked, linted, and every finding is
-written to a Markdown table with its source line, ready for a verdict in ecosystem.md.
+Like Ruff's ecosystem checks: the wheels or source archives (which hold the projects'
+Python sources) are downloaded from the package index with pip, and the GitHub
+repositories are cloned at a pinned commit; each is unpacked, linted, and every finding
+is written to a Markdown table with its source line, ready for a verdict in ecosystem.md.
 
-    python benchmarks/ecosystem.py [--out benchmarks/ecosystem-findings.md]
+Three sets: `training` (15 training libraries, the original check), `large` (the
+largest codebases a user might lint: torch's own sources with its test harness,
+transformers, flair, opacus, learn2learn) and `repositories` (examples, tutorials, GAN
+and RL collections from GitHub; needs git and network access, or `--sources DIR`
+holding checkouts named as in REPOSITORIES).
+
+    python benchmarks/ecosystem.py [--set training --set large ...] [--out benchmarks/ecosystem-findings.md]
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +44,26 @@ PROJECTS = {
     "pyro-ppl": "1.9.2",
     "gpytorch": "1.15.2",
 }
+LARGE = {
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "flair": "0.15.1",
+    "opacus": "1.6.0",
+    "learn2learn": "0.2.0",  # a source archive only
+}
+REPOSITORIES = {
+    "pytorch-examples": ("https://github.com/pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8"),
+    "PyTorch-GAN": ("https://github.com/eriklindernoren/PyTorch-GAN", "36d3c77e5ff20ebe0aeefd322326a134a279b93e"),
+    "cleanrl": ("https://github.com/vwxyzjn/cleanrl", "fe8d8a03c41a7ef5b523e2e354bd01c363e786bb"),
+    "minimalRL": ("https://github.com/seungeunrho/minimalRL", "c8efed8481e3cd40e9739cfde220a55522555b57"),
+    "Deep-RL-Algorithms": (
+        "https://github.com/p-christ/Deep-Reinforcement-Learning-Algorithms-with-PyTorch",
+        "4835bac8557fdacff1735eca004e35ea5a4b7443",
+    ),
+    "pytorch-tutorial": ("https://github.com/yunjey/pytorch-tutorial", "0500d3df5a2a8080ccfccbc00aca0eacc21818db"),
+    "tutorials-kr": ("https://github.com/PyTorchKorea/tutorials-kr", "84b7db6e020c098cf38a0dfaf036007c24057bb1"),
+}
+SETS = ("training", "large", "repositories")
 # Outside the repository, so that its .gitignore does not apply to the projects.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gradlint-ecosystem"
 
@@ -46,6 +74,7 @@ class ProjectResult:
 
     name: str
     version: str
+    root: Path
     files: int
     lines: int
     diagnostics: list[Diagnostic]
@@ -57,28 +86,45 @@ class ProjectResult:
 
 
 def fetch(name: str, version: str) -> Path:
-    """Download and unpack a project's wheel once; return the unpacked folder."""
+    """Download and unpack a project's wheel (or, lacking one, its source archive) once; return the folder."""
     target = CACHE / f"{name}-{version}"
     if target.is_dir():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
-    spec = f"{name}=={version}"
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", spec]
-    command += ["-d", str(CACHE)]
-    subprocess.run(command, check=True)
-    wheel = next(CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(target)
+    stem = name.replace("-", "_")
+    archives = [*CACHE.glob(f"{stem}-{version}-*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
+    if not archives:
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{name}=={version}", "-d", str(CACHE)]
+        if subprocess.run([*command, "--only-binary", ":all:"], check=False).returncode != 0:
+            subprocess.run([*command, "--no-binary", ":all:"], check=True)  # learn2learn has no wheel
+        archives = [*CACHE.glob(f"{stem}-{version}-*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
+    archive = archives[0]
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as wheel:
+            wheel.extractall(target)
+    else:
+        with tarfile.open(archive) as sdist:
+            sdist.extractall(target, filter="data")
     return target
 
 
-def lint_project(name: str, version: str) -> ProjectResult:
+def checkout(name: str, url: str, commit: str, sources: Path | None) -> Path:
+    """A repository at its pinned commit: from `sources/name` if given, else cloned once into the cache."""
+    if sources is not None:
+        return sources / name
+    target = CACHE / f"{name}-{commit[:12]}"
+    if not target.is_dir():
+        subprocess.run(["git", "clone", "-q", url, str(target)], check=True)
+        subprocess.run(["git", "-C", str(target), "checkout", "-q", commit], check=True)
+    return target
+
+
+def lint_tree(name: str, version: str, root: Path) -> ProjectResult:
     """Lint one project's source with the default configuration."""
-    root = fetch(name, version)
     files = sorted(root.rglob("*.py"))
     lines = sum(len(path.read_bytes().splitlines()) for path in files)
     diagnostics = sorted(lint_paths([root], Config(root=root)))
-    return ProjectResult(name, version, len(files), lines, diagnostics)
+    return ProjectResult(name, version, root, len(files), lines, diagnostics)
 
 
 def render(results: list[ProjectResult]) -> str:
@@ -91,7 +137,7 @@ def render(results: list[ProjectResult]) -> str:
             f"{len(result.diagnostics)} | {result.per_10k_lines:.2f} |"
         )
     for result in results:
-        root = CACHE / f"{result.name}-{result.version}"
+        root = result.root
         out += ["", f"## {result.name} {result.version}", ""]
         if not result.diagnostics:
             out.append("No findings.")
@@ -103,11 +149,21 @@ def render(results: list[ProjectResult]) -> str:
 
 
 def main() -> None:
-    """Lint every pinned project and write the report."""
+    """Lint every pinned project of the chosen sets and write the report."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "ecosystem-findings.md")
+    parser.add_argument("--set", dest="sets", action="append", choices=SETS, help="default: all three")
+    parser.add_argument("--sources", type=Path, help="checkouts of the repositories, one folder per name")
     args = parser.parse_args()
-    results = [lint_project(name, version) for name, version in PROJECTS.items()]
+    sets = args.sets or list(SETS)
+    results = []
+    for chosen in sets:
+        if chosen == "repositories":
+            for name, (url, commit) in REPOSITORIES.items():
+                results.append(lint_tree(name, commit[:12], checkout(name, url, commit, args.sources)))
+        else:
+            for name, version in (PROJECTS if chosen == "training" else LARGE).items():
+                results.append(lint_tree(name, version, fetch(name, version)))
     args.out.write_text(render(results))
     for result in results:
         print(f"{result.name} {result.version}: {len(result.diagnostics)} findings in {result.lines} lines")
