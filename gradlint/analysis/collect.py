@@ -36,6 +36,7 @@ class Context:
     ifs: tuple[cst.CSTNode, ...] = ()
     grad_mode: GradMode = GradMode.ENABLED
     class_body: bool = False  # directly in a class body, where a def is a method
+    profiled: bool = False  # inside `with torch.profiler.profile(...)` or `record_function(...)`
 
     @property
     def no_grad(self) -> bool:
@@ -46,6 +47,9 @@ class Context:
     def function(self) -> cst.FunctionDef | None:
         """The innermost enclosing function, if any."""
         return self.scope if isinstance(self.scope, cst.FunctionDef) else None
+
+
+PROFILERS = frozenset({"profile", "record_function"})
 
 
 def grad_mode_of(call: cst.BaseExpression) -> GradMode | None:
@@ -292,9 +296,12 @@ class Collector(cst.CSTVisitor):
 
     def visit_With_body(self, node: cst.With) -> None:
         mode = self.context.grad_mode
+        profiled = self.context.profiled
         for item in node.items:
             mode = grad_mode_of(item.item) or mode
-        self._push(replace(self.context, grad_mode=mode))
+            if isinstance(item.item, cst.Call) and last_name(item.item.func) in PROFILERS:
+                profiled = profiled or (self.result.imports.resolve(item.item.func) or "").startswith("torch.")
+        self._push(replace(self.context, grad_mode=mode, profiled=profiled))
 
     def leave_With_body(self, node: cst.With) -> None:
         self._pop()

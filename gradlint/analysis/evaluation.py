@@ -9,6 +9,10 @@ Two kinds of region are evaluation code:
   named like training or gradient code (`train_epoch`, `fgsm_attack`, `saliency`),
   is not a method of an `nn.Module` and does not return a graph.
 
+A forward inside `with torch.profiler.profile(...)` or `record_function(...)` is left
+alone: a profile measures the code as written, grad mode included (and a compiled
+model recompiles under a new grad mode).
+
 A region that backpropagates, steps, calls `torch.autograd.grad`, asks for gradients
 (`x.requires_grad_()`, `x.requires_grad = True`, `torch.enable_grad()`) or switches the
 grad mode by a plain call (`torch.set_grad_enabled(False)`) wants, or may want,
@@ -230,8 +234,8 @@ class Evaluation:
         found = []
         for call in self.collected.calls_in_scope(region.scope):
             context = self.collected.contexts[call]
-            if not context.loops:
-                continue
+            if not context.loops or context.profiled:
+                continue  # a profiled forward is measured as written, grad mode included
             if not region.start < order[call] < region.end:
                 continue
             if region.over_loader and not any(_iterates_loader(loop) for loop in context.loops):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from enum import Enum
 
 import libcst as cst
@@ -86,6 +87,9 @@ class Roles:
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.annotations: dict[str, Role] = {}
         self.classes = {cls.name.value: cls for cls in collected.classes}
+        # Names given to more than one class (a `ToyModel` in each test): which one a call builds is unknown.
+        counts = Counter(cls.name.value for cls in collected.classes)
+        self.redefined = frozenset(name for name, count in counts.items() if count > 1)
         self._cache: dict[str, Role | None] = {}
         self._computing: set[str] = set()
         for statement in collected.statements:

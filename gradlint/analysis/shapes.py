@@ -18,7 +18,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
-from gradlint.analysis.roles import Role, Roles, constructor_of
+from gradlint.analysis.roles import WRAPPERS, Role, Roles, constructor_of
 from gradlint.analysis.steps import EventIndex
 
 MAX_DEPTH = 8
@@ -37,7 +37,11 @@ FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_
 ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.FloorDivide, cst.Modulo)
 MODEL_LIBRARIES = ("torch.nn.", "nn.", "torchvision.models.", "timm.")
 # Modules that return tuples or reshape in ways the source does not show.
-SHAPE_UNCLEAR_MODULES = frozenset({"LSTM", "GRU", "RNN", "MultiheadAttention", "Flatten", "Unflatten", "ModuleList"})
+# Modules whose output shape depends on more than their construction; wrappers return what they wrap.
+SHAPE_UNCLEAR_MODULES = frozenset(
+    {"LSTM", "GRU", "RNN", "MultiheadAttention", "Flatten", "Unflatten", "ModuleList", "FullyShardedDataParallel"}
+    | WRAPPERS
+)
 ELEMENTWISE_MODULES = frozenset(
     {
         "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "Dropout", "LeakyReLU", "ELU",
@@ -178,6 +182,8 @@ class Shapes:
         if role is Role.LOSS_FN:
             return Shape.UNKNOWN
         qualified = self.roles.imports.resolve(constructor.func) or ""
+        if qualified in self.roles.redefined:
+            return Shape.UNKNOWN
         cls = self.roles.classes.get(qualified)
         if cls is not None:
             forward = self._methods.get((cls, "forward"))

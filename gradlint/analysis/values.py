@@ -199,6 +199,8 @@ class GradValues:
             return always or (if_args and args_grad)
         qualified = self.roles.imports.resolve(func) or ""
         name = last_name(func) or ""
+        if qualified.endswith("autograd.grad"):
+            return _creates_graph(call)  # the gradients have a graph of their own only with create_graph=True
         if qualified.startswith("torch."):
             return name not in NON_GRAD_TORCH and args_grad
         if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
@@ -247,6 +249,13 @@ class GradValues:
         if not initial:
             self._walked.add(function)
         return walker
+
+
+def _creates_graph(call: cst.Call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "create_graph":
+            return not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None"))
+    return False
 
 
 def names_in(node: cst.CSTNode) -> Iterator[str]:
