@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
+from gradlint.analysis.collect import Loop
 from gradlint.analysis.origins import Binding, Definition
 from gradlint.analysis.values import operand_names
 from gradlint.fixes import insert_before
@@ -17,6 +18,8 @@ CLEAR_EVERY_MICRO_BATCH = (
 )
 
 MAX_DEPTH = 4
+# In-place methods that replace a tensor's values whatever they were.
+OVERWRITING = frozenset({"fill_", "copy_", "set_"})
 
 
 class MissingZeroGrad(Rule):
@@ -100,7 +103,7 @@ class MissingZeroGrad(Rule):
     def _uncleared_backward(self, step: TrainingStep) -> Event | None:
         clears = step.of_kind(Kind.CLEAR)
         steps = [event for event in step.of_kind(Kind.STEP) if not self._fresh_single_step(step, event)]
-        if not steps:
+        if not steps or self._overwrites_gradients(step):
             return None
         if not clears:
             return None if _caller_owns_optimizer(step) else step.of_kind(Kind.BACKWARD)[0]
@@ -113,27 +116,44 @@ class MissingZeroGrad(Rule):
                 return _last_before(step.events, event, Kind.BACKWARD)
         return None
 
-    def _fresh_single_step(self, step: TrainingStep, event: Event) -> bool:
-        """One step of an optimizer built, outside any loop, from parameters built in the same function.
+    def _overwrites_gradients(self, step: TrainingStep) -> bool:
+        """Whether the step sets the gradients itself (`p.grad = g`, `p.grad.copy_(g)`): nothing accumulates."""
+        for statement in self.analysis.statements_in(step.node):
+            if (
+                isinstance(statement, cst.Assign)
+                and any(_is_grad(target.target) for target in statement.targets)
+                and not any(_is_grad(operand) for operand in _attributes(statement.value))
+            ):
+                return True  # `p.grad = g`, but not `p.grad = p.grad + noise`
+            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                func = statement.value.func
+                if isinstance(func, cst.Attribute) and func.attr.value in OVERWRITING and _is_grad(func.value):
+                    return True
+        return False
 
-        Ex) a test that builds a model and its optimizer, backpropagates once and steps once:
-        no earlier gradients exist to add onto, however often the function is called.
+    def _fresh_single_step(self, step: TrainingStep, event: Event) -> bool:
+        """One step of an optimizer built in the same pass as the parameters it updates.
+
+        Ex) a test that builds a model and its optimizer, backpropagates once and steps once, or
+        a loop that makes a fresh latent and an optimizer for it on every iteration: no
+        earlier gradients exist to add onto, however often the function or the loop runs.
         """
         analysis = self.analysis
         key = event.target
         if not isinstance(event.node, cst.Call) or key is None:
             return False
         scope = analysis.context(event.node).scope
-        if not isinstance(scope, cst.FunctionDef) or analysis.context(event.node).loops:
+        loops = analysis.context(event.node).loops
+        if not isinstance(scope, cst.FunctionDef) or (loops and event.node is not event.site):
             return False
         direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.node is other.site]
         if event.node is event.site and len(direct) != 1:
             return False
         at = analysis.statement_of(event.node)
         definitions = analysis.origins.definitions(key, at)
-        return bool(definitions) and all(self._built_here(definition, scope) for definition in definitions)
+        return bool(definitions) and all(self._built_here(definition, scope, loops) for definition in definitions)
 
-    def _built_here(self, definition: Definition, scope: cst.FunctionDef) -> bool:
+    def _built_here(self, definition: Definition, scope: cst.FunctionDef, loops: tuple[Loop, ...]) -> bool:
         # SGD(model.parameters()), optim_cls(params) with `model`/`params` made in the function,
         # not `self.optimizers()`, which hands back an existing one, nor an optimizer of a model passed in.
         analysis = self.analysis
@@ -141,17 +161,17 @@ class MissingZeroGrad(Rule):
         if (
             definition.binding is not Binding.ASSIGN
             or analysis.context(definition.node).scope is not scope
-            or analysis.context(definition.node).loops
+            or analysis.context(definition.node).loops != loops
             or not isinstance(value, cst.Call)
             or not (isinstance(value.func, cst.Name) or analysis.roles.imports.resolve(value.func) is not None)
         ):
             return False
         positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
         params = [arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "params"]
-        return all(self._made_in(param, definition.node, scope, 0) for param in positional[:1] + params)
+        return all(self._made_in(param, definition.node, loops, 0) for param in positional[:1] + params)
 
-    def _made_in(self, value: cst.BaseExpression, at: cst.CSTNode, scope: cst.FunctionDef, depth: int) -> bool:
-        """Whether every name `value` reads was assigned in `scope` from values made there too."""
+    def _made_in(self, value: cst.BaseExpression, at: cst.CSTNode, loops: tuple[Loop, ...], depth: int) -> bool:
+        """Whether every name `value` reads was assigned in the same pass (scope and loops) from values made there."""
         analysis = self.analysis
         if depth > MAX_DEPTH:
             return False
@@ -163,9 +183,10 @@ class MissingZeroGrad(Rule):
                 definitions = analysis.origins.definitions(name.split(".", 1)[0], at)  # `reference.weight`
             if not definitions or any(
                 d.binding is not Binding.ASSIGN
-                or analysis.context(d.node).scope is not scope
+                or analysis.context(d.node).scope is not analysis.context(at).scope
+                or analysis.context(d.node).loops != loops
                 or d.value is None
-                or not self._made_in(d.value, d.node, scope, depth + 1)
+                or not self._made_in(d.value, d.node, loops, depth + 1)
                 for d in definitions
             ):
                 return False
@@ -234,3 +255,17 @@ def _has_modulo(node: cst.CSTNode) -> bool:
 def _last_before(events: tuple[Event, ...], anchor: Event, kind: Kind) -> Event | None:
     index = events.index(anchor)
     return next((event for event in reversed(events[:index]) if event.kind is kind), None)
+
+
+def _is_grad(node: cst.BaseExpression) -> bool:
+    # p.grad, p.grad.data
+    if isinstance(node, cst.Attribute) and node.attr.value == "data":
+        node = node.value
+    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
+
+
+def _attributes(node: cst.CSTNode) -> list[cst.Attribute]:
+    found = [node] if isinstance(node, cst.Attribute) else []
+    for child in node.children:
+        found.extend(_attributes(child))
+    return found
