@@ -52,10 +52,16 @@ class Context:
 PROFILERS = frozenset({"profile", "record_function"})
 
 
-def grad_mode_of(call: cst.BaseExpression) -> GradMode | None:
-    """The grad mode a `with` item or decorator switches to, or None if it is not one."""
+def grad_mode_of(call: cst.BaseExpression, disabling: frozenset[str] = frozenset()) -> GradMode | None:
+    """The grad mode a `with` item or decorator switches to, or None if it is not one.
+
+    `disabling` names the module's own context managers and decorators that disable grad
+    (see `grad_disabling_names`).
+    """
     func = call.func if isinstance(call, cst.Call) else call
     name = last_name(func)
+    if isinstance(func, cst.Name) and name in disabling:
+        return GradMode.DISABLED
     if name in ("no_grad", "inference_mode"):
         if isinstance(call, cst.Call) and call.args and _is_false(call.args[0].value):
             return GradMode.ENABLED if name == "inference_mode" else None
@@ -68,6 +74,71 @@ def grad_mode_of(call: cst.BaseExpression) -> GradMode | None:
             return GradMode.ENABLED if value.value == "True" else GradMode.DISABLED
         return GradMode.DYNAMIC
     return None
+
+
+def grad_disabling_names(module: cst.Module) -> frozenset[str]:
+    """The module's own grad-disabling context managers, decorators and aliases.
+
+    A `@contextmanager` function that yields inside `with torch.no_grad():` (or
+    `inference_mode()`), a decorator whose wrapper calls the decorated function under one
+    (or is decorated with one), and a plain alias (`no_grad = torch.inference_mode`).
+    """
+    names: set[str] = set()
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            if _yields_without_grad(statement) or _wraps_without_grad(statement):
+                names.add(statement.name.value)
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and not isinstance(small.value, cst.Call)
+                    and grad_mode_of(small.value) is GradMode.DISABLED
+                ):
+                    names.add(small.targets[0].target.value)
+    return frozenset(names)
+
+
+def _yields_without_grad(function: cst.FunctionDef) -> bool:
+    if not any(last_name(decorator.decorator) == "contextmanager" for decorator in function.decorators):
+        return False
+    return any(
+        any(isinstance(node, cst.Yield) for node in _nodes(block.body))
+        for block in _nodes(function.body)
+        if isinstance(block, cst.With) and any(grad_mode_of(item.item) is GradMode.DISABLED for item in block.items)
+    )
+
+
+def _wraps_without_grad(function: cst.FunctionDef) -> bool:
+    # def no_grad_method(fn): def wrapper(*a, **k): with torch.no_grad(): return fn(*a, **k); return wrapper
+    params = function.params.params
+    if not params or not isinstance(function.body, cst.IndentedBlock):
+        return False
+    wrapped = params[0].name.value
+    for inner in function.body.body:
+        if not isinstance(inner, cst.FunctionDef):
+            continue
+        if any(grad_mode_of(decorator.decorator) is GradMode.DISABLED for decorator in inner.decorators):
+            return True
+        for block in _nodes(inner.body):
+            if (
+                isinstance(block, cst.With)
+                and any(grad_mode_of(item.item) is GradMode.DISABLED for item in block.items)
+                and any(isinstance(n, cst.Call) and last_name(n.func) == wrapped for n in _nodes(block.body))
+            ):
+                return True
+    return False
+
+
+def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        pending.extend(current.children)
+    return found
 
 
 def _is_false(node: cst.BaseExpression) -> bool:
@@ -91,6 +162,7 @@ class Collected:
     def_scopes: dict[cst.FunctionDef, Scope] = field(default_factory=dict)
     owners: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     statement_of: dict[cst.Call, cst.CSTNode] = field(default_factory=dict)
+    disabling: frozenset[str] = frozenset()  # the module's own grad-disabling wrappers
 
     def statements_in_scope(self, scope: Scope) -> list[cst.BaseSmallStatement]:
         """The simple statements whose innermost function (or the module) is `scope`, in order."""
@@ -252,7 +324,7 @@ class Collector(cst.CSTVisitor):
             self.result.owners[node] = self.context.class_def
         mode = self.context.grad_mode
         for decorator in node.decorators:
-            mode = grad_mode_of(decorator.decorator) or mode
+            mode = grad_mode_of(decorator.decorator, self.result.disabling) or mode
         if node.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
             mode = GradMode.DISABLED
         self._push(Context(scope=node, class_def=self.context.class_def, grad_mode=mode))
@@ -298,7 +370,7 @@ class Collector(cst.CSTVisitor):
         mode = self.context.grad_mode
         profiled = self.context.profiled
         for item in node.items:
-            mode = grad_mode_of(item.item) or mode
+            mode = grad_mode_of(item.item, self.result.disabling) or mode
             if isinstance(item.item, cst.Call) and last_name(item.item.func) in PROFILERS:
                 profiled = profiled or (self.result.imports.resolve(item.item.func) or "").startswith("torch.")
         self._push(replace(self.context, grad_mode=mode, profiled=profiled))
@@ -358,5 +430,6 @@ def _hook(
 def collect(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> Collected:
     """Traverse `module` once and return what was recorded."""
     collector = Collector(module, wanted_types)
+    collector.result.disabling = grad_disabling_names(module)
     module.visit(collector)
     return collector.result

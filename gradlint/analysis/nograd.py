@@ -86,7 +86,8 @@ class NoGradValues:
         # A same-module helper decorated with @torch.no_grad() returns values without history.
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         return helper is not None and any(
-            grad_mode_of(decorator.decorator) is GradMode.DISABLED for decorator in helper.decorators
+            grad_mode_of(decorator.decorator, self.collected.disabling) is GradMode.DISABLED
+            for decorator in helper.decorators
         )
 
     def _is_pure(self, expression: cst.BaseExpression) -> bool:
