@@ -83,9 +83,15 @@ class TensorDtypes:
         return self.dtype_of_construction(node)
 
     def dtype_of_construction(self, call: cst.Call) -> DtypeKind | None:
-        """The dtype kind of a `torch.*` factory call, from `dtype=` or the factory and its data."""
+        """The dtype kind of a `torch.*` factory call, from `dtype=` or the factory and its data.
+
+        The pre-0.4 `Variable(data, requires_grad=True)` has the dtype of the tensor it wraps.
+        """
         if not self._is_torch(call.func):
             return None
+        if last_name(call.func) == "Variable":
+            wrapped = call.args[0].value if call.args and call.args[0].keyword is None else None
+            return self.dtype_of_construction(wrapped) if isinstance(wrapped, cst.Call) else None
         explicit = _keyword(call, "dtype")
         if explicit is not None:
             return self.dtype_kind(explicit)

@@ -170,8 +170,10 @@ class GradValues:
             return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
         if isinstance(node, cst.IfExp):
             return self.evaluate(node.body, env, scope) or self.evaluate(node.orelse, env, scope)
-        if isinstance(node, (cst.Tuple, cst.List)):
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
             return any(self.evaluate(element.value, env, scope) for element in node.elements)
+        if isinstance(node, cst.Dict):
+            return any(self.evaluate(element.value, env, scope) for element in node.elements)  # {"loss": loss}
         return False
 
     def _evaluate_symbol(self, node: cst.Name | cst.Attribute, env: Env, scope: Scope) -> bool:

@@ -72,8 +72,9 @@ class LossAccumulation(Rule):
     """
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # Ex) total += loss  /  stats["loss"] += loss (the entry keeps the graph)
         if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
-            self._check(node, dotted_name(node.target), node.value)
+            self._check(node, _container_key(node.target), node.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         # Ex) running = running + loss  /  preds = torch.cat([preds, logits])
@@ -126,8 +127,10 @@ class LossAccumulation(Rule):
 
     def _named(self, key: str, value: cst.BaseExpression) -> str:
         kept = self.analysis.code(value)
+        what = "which holds a" if isinstance(value, (cst.Dict, cst.List, cst.Tuple, cst.Set)) else "a"
         return (
-            f"`{key}` keeps `{kept}`, a tensor with autograd history, across iterations: every step's graph stays alive"
+            f"`{key}` keeps `{kept}`, {what} tensor with autograd history, across iterations: "
+            "every step's graph stays alive"
         )
 
     def _story(
