@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.analysis.collect import Collected
+from gradlint.analysis.frameworks import automatic_training_steps, overriding_methods
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Definition, Origins
 from gradlint.analysis.roles import Role, Roles
@@ -145,38 +146,22 @@ class Lineages:
             and not event.no_grad
             and isinstance(event.node, cst.Call)
         ]
-        return found + self._returned_by("training_step", "LightningModule")
+        lightning = automatic_training_steps(self.collected)
+        return found + self._returned_by(lightning)
 
     def trainer_losses(self) -> list[Backpropagated]:
         """What a Hugging Face `Trainer` subclass's `compute_loss` returns; the Trainer backpropagates it."""
-        return self._returned_by("compute_loss", "Trainer")
+        return self._returned_by(overriding_methods(self.collected, "compute_loss", "Trainer"))
 
-    def _returned_by(self, method: str, base_suffix: str) -> list[Backpropagated]:
+    def _returned_by(self, functions: list[cst.FunctionDef]) -> list[Backpropagated]:
         found = []
-        for statement in self.collected.statements:
-            if not isinstance(statement, cst.Return) or statement.value is None:
-                continue
-            function = self.collected.contexts[statement].function
-            owner = self.collected.owners.get(function) if function is not None else None
-            if function is None or owner is None or function.name.value != method:
-                continue
-            if not any((last_name(base.value) or "").endswith(base_suffix) for base in owner.bases):
-                continue
-            value = _loss_entry(statement.value)
-            if value is not None and not self._optimizes_manually(owner):
-                found.append(Backpropagated(value, statement))
+        for function in functions:
+            for statement in self.collected.statements_in_scope(function):
+                if isinstance(statement, cst.Return) and statement.value is not None:
+                    value = _loss_entry(statement.value)
+                    if value is not None:
+                        found.append(Backpropagated(value, statement))
         return found
-
-    def _optimizes_manually(self, owner: cst.ClassDef) -> bool:
-        """Whether a method of the class sets `self.automatic_optimization = False`: it calls manual_backward itself."""
-        return any(
-            isinstance(statement, cst.Assign)
-            and isinstance(statement.value, cst.Name)
-            and statement.value.value == "False"
-            and any(last_name(target.target) == "automatic_optimization" for target in statement.targets)
-            and self.collected.contexts[statement].class_def is owner
-            for statement in self.collected.statements
-        )
 
     def is_criterion_call(self, call: cst.Call) -> bool:
         """A loss function call: a criterion object (`nn.CrossEntropyLoss()`) or `F.mse_loss`."""

@@ -184,8 +184,12 @@ class Roles:
     def role_of_value(self, value: cst.BaseExpression) -> Role | None:
         """The role of the object an expression creates or refers to."""
         value = _unwrap_passthrough(value)
+        if isinstance(value, cst.Subscript) and _lightning_optimizers(value.value):
+            return Role.OPTIMIZER  # self.optimizers()[0]
         if isinstance(value, (cst.Name, cst.Attribute)):
             return self.role(value) if dotted_name(value) else None
+        if _lightning_optimizers(value):
+            return Role.OPTIMIZER  # a LightningModule's accessor of the optimizers it configured
         if not isinstance(value, cst.Call):
             return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict)) else None
         qualified = self.imports.resolve(value.func) or ""
@@ -280,6 +284,17 @@ def constructor_of(value: cst.BaseExpression) -> cst.Call | None:
     while isinstance(value, cst.Call) and last_name(value.func) in WRAPPERS and len(value.args) == 1:
         value = _unwrap_passthrough(value.args[0].value)
     return value if isinstance(value, cst.Call) else None
+
+
+def _lightning_optimizers(value: cst.BaseExpression) -> bool:
+    """`self.optimizers()`: Lightning hands back the optimizer (or the list of them) it configured."""
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "optimizers"
+        and isinstance(value.func.value, cst.Name)
+        and value.func.value.value == "self"
+    )
 
 
 def _unwrap_passthrough(value: cst.BaseExpression) -> cst.BaseExpression:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
+from gradlint.analysis.frameworks import automatic_training_steps
 from gradlint.analysis.names import last_name
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
@@ -14,6 +15,10 @@ from gradlint.rule import Fix, Rule
 SCALED = (
     "gradients are clipped while still multiplied by the GradScaler's scale, "
     "so the threshold is meaningless; call scaler.unscale_(optimizer) first"
+)
+LIGHTNING = (
+    "gradients are clipped inside `training_step`, before Lightning backpropagates the returned loss, "
+    "so the new gradients are not clipped; clip in `configure_gradient_clipping` instead"
 )
 ORDER = (Kind.BACKWARD, Kind.STEP)
 
@@ -37,6 +42,11 @@ class ClipOrder(Rule):
 
     Clipping with the optimizer step inside the accumulation `if`, and Accelerate's
     `accelerator.clip_grad_norm_` after `accelerator.backward(loss)`, are fine.
+
+    With PyTorch Lightning's automatic optimization, Lightning backpropagates the loss
+    `training_step` returns after it returns: a clip inside `training_step` runs before
+    that backward. Clip in `configure_gradient_clipping` or with
+    `Trainer(gradient_clip_val=...)`; with manual optimization, after `manual_backward`.
 
     Known problems
     A clip done in a helper of another module is not seen.
@@ -73,6 +83,16 @@ class ClipOrder(Rule):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
     """
+
+    def check_module(self) -> None:
+        # Lightning runs backward on what training_step returns, after training_step returns.
+        for function in automatic_training_steps(self.analysis.collected):
+            for clip in self.analysis.events.scope_events(function):
+                if clip.kind is Kind.CLIP and not _measures_only(clip.node):
+                    where = self.analysis.events.call_toward(function, clip.node) or clip.site
+                    self.report(
+                        where, LIGHTNING, related=[(function, "Lightning backpropagates the returned loss after this")]
+                    )
 
     def check_step(self, step: TrainingStep) -> None:
         cyclic = not isinstance(step.node, cst.FunctionDef)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.collect import Loop
+from gradlint.analysis.names import dotted_name
 from gradlint.analysis.origins import Binding, Definition
 from gradlint.analysis.values import operand_names
 from gradlint.fixes import insert_before
@@ -163,12 +166,13 @@ class MissingZeroGrad(Rule):
             or analysis.context(definition.node).scope is not scope
             or analysis.context(definition.node).loops != loops
             or not isinstance(value, cst.Call)
-            or not (isinstance(value.func, cst.Name) or analysis.roles.imports.resolve(value.func) is not None)
+            or not _names_a_constructor(value.func, analysis.roles.imports.aliases)
         ):
             return False
         positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
         params = [arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "params"]
-        return all(self._made_in(param, definition.node, loops, 0) for param in positional[:1] + params)
+        built_from = positional[:1] + params  # an optimizer is built from its parameters
+        return bool(built_from) and all(self._made_in(param, definition.node, loops, 0) for param in built_from)
 
     def _made_in(self, value: cst.BaseExpression, at: cst.CSTNode, loops: tuple[Loop, ...], depth: int) -> bool:
         """Whether every name `value` reads was assigned in the same pass (scope and loops) from values made there."""
@@ -269,3 +273,9 @@ def _attributes(node: cst.CSTNode) -> list[cst.Attribute]:
     for child in node.children:
         found.extend(_attributes(child))
     return found
+
+
+def _names_a_constructor(func: cst.BaseExpression, modules: Collection[str]) -> bool:
+    # SGD, optim_cls, torch.optim.Adam: not `self.optimizers()` or `trainer.get_optimizer()`
+    key = dotted_name(func)
+    return key is not None and ("." not in key or key.split(".")[0] in modules)
