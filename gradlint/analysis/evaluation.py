@@ -238,7 +238,7 @@ class Evaluation:
                 continue  # a profiled forward is measured as written, grad mode included
             if not region.start < order[call] < region.end:
                 continue
-            if region.over_loader and not any(_iterates_loader(loop) for loop in context.loops):
+            if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
                 continue
             if self._records(call) and self.forwards.is_forward(call):
                 found.append(call)
@@ -275,7 +275,8 @@ def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
     )
 
 
-def _iterates_loader(loop: Loop) -> bool:
+def iterates_loader(loop: Loop) -> bool:
+    """Whether `loop` draws batches from a loader or dataset (`for x, y in tqdm(train_loader)`)."""
     if not isinstance(loop, cst.For):
         return False
     iterable = loop.iter

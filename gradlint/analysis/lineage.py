@@ -283,7 +283,7 @@ class Lineages:
         while isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.args:
             source = source.args[0].value  # enumerate(loader), tqdm(loader), zip(loader, ...)
         name = last_name(source)
-        if name is not None and _is_data_name(name) and self.roles.role(source) is None:
+        if name is not None and is_data_name(name) and self.roles.role(source) is None:
             return NONE
         return self._trace(iterable, at, bindings, depth + 1)
 
@@ -316,7 +316,7 @@ class Lineages:
             return UNKNOWN  # `aux_loss` handed in is a loss value, and may carry history
         if role is not None or self.roles.role(cst.Name(head)) is Role.OTHER:
             return NONE  # optimizers, scalers, parsed arguments (`args.alpha`)
-        if _is_data_name(key.rsplit(".", 1)[-1]):
+        if is_data_name(key.rsplit(".", 1)[-1]):
             return NONE
         assigned = self.roles.values.get(key, [])
         if assigned and all(isinstance(value, (cst.BaseNumber, cst.BaseString)) for value in assigned):
@@ -464,7 +464,8 @@ def _leaf_or_none(call: cst.Call) -> Lineage:
     return NONE
 
 
-def _is_data_name(name: str) -> bool:
+def is_data_name(name: str) -> bool:
+    """Whether a name says it holds a batch of data or labels (`inputs`, `y_true`), not something produced."""
     return DATA_NAME.fullmatch(name) is not None and PRODUCED_NAME.match(name) is None
 
 

@@ -8,7 +8,8 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.collect import Loop, Scope
-from gradlint.analysis.evaluation import LOADER_NAME
+from gradlint.analysis.evaluation import LOADER_NAME, iterates_loader
+from gradlint.analysis.lineage import is_data_name
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.values import names_in
 from gradlint.fixes import replace_node, without_keyword
@@ -49,6 +50,11 @@ class RetainGraphOveruse(Rule):
     whose `step(loss)` backpropagates, a helper that returns the loss or keeps it on
     `self` without stepping (its caller may backpropagate again), and
     `create_graph=True`.
+
+    Not reported when the loss is computed from the items of a loop over values other
+    code hands out (`for model_trace, guide_trace in self._get_traces(...)`): a later
+    item may replay an earlier one's graph, which is what the retained graph is for.
+    Batches from a loader, items named as data and numbers from `range` are fresh.
 
     Known problems
     A later backward in another module is not seen.
@@ -102,6 +108,8 @@ class RetainGraphOveruse(Rule):
         loop = event.loops[-1] if event.loops else None
         if loop is not None and self._graph_built_before(event, loop):
             return  # the next iteration backpropagates through it again
+        if loop is not None and self._from_items_that_may_share(event, loop):
+            return  # Ex) for trace in self._get_traces(): later items may replay this one's graph
         functions = {function.name.value for function in self.analysis.collected.functions}
         later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
         if not later and self._hands_graph_to_caller(scope, event, events):
@@ -115,6 +123,22 @@ class RetainGraphOveruse(Rule):
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
             message = SUMMABLE.format(first=self.analysis.code(event.node), second=self.analysis.code(later[0].site))
             self.report(event.node, message, related=[*story, (later[0].site, "the next backward, right after it")])
+
+    def _from_items_that_may_share(self, event: Event, loop: Loop) -> bool:
+        """Whether the loss is computed from the items of an iterable that may hand out related graphs.
+
+        Batches from a loader, items named as data (`inputs`, `targets`) and numbers from
+        `range` are fresh on every iteration; items produced by other code (traces, tasks,
+        particles) may share a graph that a later item's backward goes through, which is
+        what the retained graph is for.
+        """
+        if not isinstance(loop, cst.For) or event.value is None or iterates_loader(loop) or _counts(loop.iter):
+            return False
+        statement = self.analysis.statement_of(event.node)  # type: ignore[arg-type]  # a backward is a call
+        return any(
+            not is_data_name(name) and self.analysis.origins.reads(event.value, name, statement)
+            for name in names_in(loop.target)
+        )
 
     def _loss(self, event: Event) -> str:
         return self.analysis.code(event.value) if event.value is not None else "the loss"
@@ -307,3 +331,14 @@ def _reads_grad(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.Attribute) and node.attr.value == "grad":
         return True
     return any(_reads_grad(child) for child in node.children)
+
+
+def _counts(iterable: cst.BaseExpression) -> bool:
+    """`range(n)`, `enumerate(range(n))`, `tqdm(range(n))`: numbers, not values with graphs."""
+    while isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
+        if iterable.func.value == "range":
+            return True
+        if not iterable.args:
+            return False
+        iterable = iterable.args[0].value
+    return False
