@@ -112,11 +112,21 @@ class Leaves:
         return Held.OTHER
 
     def _held_by_attribute_of_self(self, key: str, scope: cst.FunctionDef) -> Held:
+        # An attribute that some method sets to a dict or list (`self.masks = {}` for one
+        # case, a Parameter for another) holds something unknown here.
         owner = self.collected.owners.get(scope)
+        bound = [
+            binding
+            for method, cls in self.collected.owners.items()
+            if cls is owner
+            for _, binding in self.bindings().get((method, key), [])
+        ]
+        if any(isinstance(binding, _Pending) and _is_container(binding.value) for binding in bound):
+            return Held.OTHER
         for method, cls in self.collected.owners.items():
             if cls is owner and method is not scope:
-                for _, bound in self.bindings().get((method, key), []):
-                    held = self._resolve(bound)
+                for _, binding in self.bindings().get((method, key), []):
+                    held = self._resolve(binding)
                     if held is not Held.OTHER:
                         return held
         return Held.OTHER
@@ -223,6 +233,8 @@ class Leaves:
             return _Pending(value, at, element=False)
         if isinstance(value, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp, cst.BinaryOperation)):
             return _Pending(value, at, element=False)
+        if _is_container(value):
+            return _Pending(value, at, element=False)  # holds no leaf itself; kept to be recognised
         return Held.OTHER
 
     def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: cst.For) -> None:
@@ -320,3 +332,9 @@ def _argument(call: cst.Call, index: int, name: str) -> cst.BaseExpression | Non
 
 def _is_name(node: cst.BaseExpression, value: str) -> bool:
     return isinstance(node, cst.Name) and node.value == value
+
+
+def _is_container(value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set)):
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("dict", "list")

@@ -179,6 +179,8 @@ class MissingZeroGrad(Rule):
         analysis = self.analysis
         if depth > MAX_DEPTH:
             return False
+        if _copies(value):
+            return True  # `latents.detach().clone()`: a new tensor whatever it was copied from
         for name in operand_names(value, analysis.roles.imports.aliases):
             if name in ("True", "False", "None"):
                 continue
@@ -279,3 +281,11 @@ def _names_a_constructor(func: cst.BaseExpression, modules: Collection[str]) -> 
     # SGD, optim_cls, torch.optim.Adam: not `self.optimizers()` or `trainer.get_optimizer()`
     key = dotted_name(func)
     return key is not None and ("." not in key or key.split(".")[0] in modules)
+
+
+def _copies(value: cst.BaseExpression) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("detach", "clone")
+    )
