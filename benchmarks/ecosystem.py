@@ -7,9 +7,9 @@ is written to a Markdown table with its source line, ready for a verdict in ecos
 
 Three sets: `training` (15 training libraries, the original check), `large` (the
 largest codebases a user might lint: torch's own sources with its test harness,
-transformers, flair, opacus, learn2learn) and `repositories` (examples, tutorials, GAN
-and RL collections from GitHub; needs git and network access, or `--sources DIR`
-holding checkouts named as in REPOSITORIES).
+transformers, diffusers, torchvision, torch-geometric and other libraries) and
+`repositories` (examples, tutorials, GAN and RL collections from GitHub; needs git and
+network access, or `--sources DIR` holding checkouts named as in REPOSITORIES).
 
     python benchmarks/ecosystem.py [--set training --set large ...] [--out benchmarks/ecosystem-findings.md]
 """
@@ -50,6 +50,12 @@ LARGE = {
     "flair": "0.15.1",
     "opacus": "1.6.0",
     "learn2learn": "0.2.0",  # a source archive only
+    "diffusers": "0.42.1",
+    "peft": "0.21.2",
+    "torchvision": "0.29.1",
+    "torchmetrics": "1.9.0",
+    "kornia": "0.9.0",
+    "torch-geometric": "2.8.1",
 }
 REPOSITORIES = {
     "pytorch-examples": ("https://github.com/pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8"),
@@ -92,12 +98,12 @@ def fetch(name: str, version: str) -> Path:
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
     stem = name.replace("-", "_")
-    archives = [*CACHE.glob(f"{stem}-{version}-*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
+    archives = [*CACHE.glob(f"{stem}-{version}[-+]*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
     if not archives:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{name}=={version}", "-d", str(CACHE)]
         if subprocess.run([*command, "--only-binary", ":all:"], check=False).returncode != 0:
             subprocess.run([*command, "--no-binary", ":all:"], check=True)  # learn2learn has no wheel
-        archives = [*CACHE.glob(f"{stem}-{version}-*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
+        archives = [*CACHE.glob(f"{stem}-{version}[-+]*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
     archive = archives[0]
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as wheel:

@@ -135,6 +135,22 @@ class EventIndex:
         """The same-module function or method a call runs, if it can be known."""
         return self._resolve_callee(call.func, self.context(call))
 
+    def resolve_instance_method(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The method of a same-module class that `obj.method(...)` runs, when `obj` is built from that class."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        key = dotted_name(func.value)
+        built = self.roles.values.get(key, []) if key is not None else []
+        classes = {last_name(value.func) if isinstance(value, cst.Call) else None for value in built}
+        if len(classes) != 1 or None in classes:
+            return None  # `obj` holds instances of one class wherever it is bound
+        (name,) = classes
+        owner = self.roles.classes.get(name or "")
+        if owner is None or name in self.roles.redefined:
+            return None
+        return self._methods.get((owner, func.attr.value))
+
     def _resolve_callee(self, func: cst.BaseExpression, context: Context) -> cst.FunctionDef | None:
         if isinstance(func, cst.Name):
             nested = self._nested_function(func.value, context.scope)

@@ -92,6 +92,26 @@ class LossAccumulation(Rule):
             return
         if call.func.attr.value in CONTAINER_METHODS:
             self._check(node, _container_key(call.func.value), call.args[-1].value)
+            return
+        # Ex) meter.update(loss, n) with `def update(self, val, n): self.sum += val * n`
+        kept = self._kept_by_method(call, node)
+        if kept is not None:
+            self._check(node, _container_key(call.func.value), kept)
+
+    def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> cst.BaseExpression | None:
+        """The graph-carrying argument a same-module method adds or appends to an attribute of its object."""
+        method = self.analysis.events.resolve_instance_method(call)
+        if method is None:
+            return None
+        params = [param.name.value for param in method.params.params][1:]  # after self
+        bound = {name: arg.value for name, arg in zip(params, call.args, strict=False) if arg.keyword is None}
+        bound.update({arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None})
+        for inner in self.analysis.collected.statements_in_scope(method):
+            kept = _kept_names(inner)
+            for name, value in bound.items():
+                if name in kept and self.analysis.is_grad(value, statement):
+                    return value
+        return None
 
     def _check(self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression) -> None:
         analysis = self.analysis
@@ -231,3 +251,22 @@ def _container_key(node: cst.BaseExpression) -> str | None:
     while isinstance(node, cst.Subscript):
         node = node.value
     return dotted_name(node)
+
+
+def _kept_names(statement: cst.BaseSmallStatement) -> set[str]:
+    """Names a method keeps on `self`: `self.sum += val * n`, `self.values.append(val)`."""
+    if (
+        isinstance(statement, cst.AugAssign)
+        and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign))
+        and (dotted_name(statement.target) or "").startswith("self.")
+    ):
+        return set(names_in(statement.value))
+    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        call = statement.value
+        if (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in CONTAINER_METHODS
+            and (dotted_name(call.func.value) or "").startswith("self.")
+        ):
+            return {name for arg in call.args for name in names_in(arg.value)}
+    return set()
