@@ -149,7 +149,10 @@ def render(results: list[ProjectResult]) -> str:
             out.append("No findings.")
         for d in result.diagnostics:
             relative = Path(d.path).relative_to(root)
-            source = Path(d.path).read_text(errors="replace").splitlines()[d.line - 1].strip()
+            if d.path.endswith(".ipynb"):
+                source = "(a notebook cell)"  # the line is the cell's, not the JSON file's
+            else:
+                source = Path(d.path).read_text(errors="replace").splitlines()[d.line - 1].strip()
             out.append(f"- `{relative}:{d.line}:{d.column}` {d.code} {d.name}: `{source}`")
     return "\n".join(out) + "\n"
 
