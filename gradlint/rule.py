@@ -162,7 +162,8 @@ class Rule:
     @classmethod
     def summary(cls) -> str:
         """The first line of the rule's documentation."""
-        return (cls.__doc__ or "").strip().splitlines()[0]
+        lines = (cls.__doc__ or "").strip().splitlines()
+        return lines[0] if lines else ""  # a plugin's rule may have no docstring
 
     @classmethod
     def documentation(cls) -> str:
