@@ -8,9 +8,9 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.collect import Loop, Scope
-from gradlint.analysis.evaluation import LOADER_NAME, iterates_loader
+from gradlint.analysis.evaluation import ITERATION_WRAPPERS, LOADER_NAME, iterates_loader
 from gradlint.analysis.lineage import is_data_name
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.values import names_in
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
@@ -127,13 +127,15 @@ class RetainGraphOveruse(Rule):
     def _from_items_that_may_share(self, event: Event, loop: Loop) -> bool:
         """Whether the loss is computed from the items of an iterable that may hand out related graphs.
 
-        Batches from a loader, items named as data (`inputs`, `targets`) and numbers from
-        `range` are fresh on every iteration; items produced by other code (traces, tasks,
-        particles) may share a graph that a later item's backward goes through, which is
-        what the retained graph is for.
+        Batches from a loader or a collection handed in, items named as data (`inputs`,
+        `targets`) and numbers from `range` are fresh on every iteration; items a call
+        produces (traces, particles) may share a graph that a later item's backward goes
+        through, which is what the retained graph is for.
         """
         if not isinstance(loop, cst.For) or event.value is None or iterates_loader(loop) or _counts(loop.iter):
             return False
+        if not _produced(loop.iter):
+            return False  # a list or batches handed in: data
         statement = self.analysis.statement_of(event.node)  # type: ignore[arg-type]  # a backward is a call
         return any(
             not is_data_name(name) and self.analysis.origins.reads(event.value, name, statement)
@@ -342,3 +344,10 @@ def _counts(iterable: cst.BaseExpression) -> bool:
             return False
         iterable = iterable.args[0].value
     return False
+
+
+def _produced(iterable: cst.BaseExpression) -> bool:
+    """Whether the items come from a call of other code (`self._get_traces(...)`), past `enumerate`/`zip`."""
+    while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITERATION_WRAPPERS and iterable.args:
+        iterable = iterable.args[0].value
+    return isinstance(iterable, cst.Call) and last_name(iterable.func) not in ("items", "values", "keys", "range")
