@@ -66,7 +66,7 @@ class ClipOrder(Rule):
     code = "GL007"
     name = "clip-order"
     message = "gradients are clipped before this step's backward(), so the new gradients are not clipped"
-    requires = (b"clip_grad", b"backward", b"step")
+    requires = (b"clip_grad", (b"backward", b"training_step"), b"step")
     example = """
         for x, y in loader:
             optimizer.zero_grad()

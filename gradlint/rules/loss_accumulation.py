@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event, Kind
+from gradlint.analysis.frameworks import automatic_training_steps
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.values import names_in
 from gradlint.fixes import method_call, replace_node
@@ -51,7 +52,7 @@ class LossAccumulation(Rule):
     name = "loss-accumulation"
     message = "a tensor with autograd history is accumulated across iterations, keeping every step's graph alive"
     quiet_in_tests = True
-    requires = (b"backward",)
+    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
     example = """
         total_loss = 0
         for x, y in loader:
@@ -123,12 +124,16 @@ class LossAccumulation(Rule):
             None,
         )
         if region is None:
-            # A training-step method storing on `self` keeps graphs across its calls.
+            # A training-step method storing on `self` keeps graphs across its calls; so does
+            # a Lightning `training_step` (`self.outputs.append(loss)`), which Lightning runs per batch.
             function = context.function
             if (
                 function is None
                 or not key.startswith("self.")
-                or not _backpropagates(analysis.events.region_events(function))
+                or not (
+                    _backpropagates(analysis.events.region_events(function))
+                    or function in automatic_training_steps(analysis.collected)
+                )
             ):
                 return
             region_node: cst.For | cst.While | cst.FunctionDef = function
