@@ -6,6 +6,7 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,7 +142,10 @@ def test_runs_sharing_a_cache_agree(project: Path) -> None:
     alone = subprocess.run([*command, "--no-cache"], capture_output=True, text=True, check=False).stdout
     warm = subprocess.run(command, capture_output=True, text=True, check=False).stdout
     assert outputs == [alone] * 4 and warm == alone
-    assert not list((project / ".gradlint_cache").glob("*/.tmp-*"))  # no half-written entry left
+    # No half-written entry left: every file is the .gitignore or an entry named for its key.
+    files = [path for path in (project / ".gradlint_cache").rglob("*") if path.is_file()]
+    entries = [path for path in files if path.name != ".gitignore"]
+    assert entries and all(re.fullmatch(r"[0-9a-f]{2}/[0-9a-f]{62}", f"{e.parent.name}/{e.name}") for e in entries)
 
 
 def test_no_cache_writes_nothing(project: Path) -> None:
