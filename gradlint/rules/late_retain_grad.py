@@ -63,7 +63,8 @@ class LateRetainGrad(Rule):
         order = analysis.collected.order
         context = analysis.context(node)
         backwards = [e for e in analysis.events.scope_events(context.scope) if e.kind is Kind.BACKWARD]
-        before = [e for e in backwards if order[e.site] < order[node]]
+        exclusive = analysis.collected.exclusive  # a backward in the other branch of an `if` never ran before it
+        before = [e for e in backwards if order[e.site] < order[node] and not exclusive(e.site, node)]
         if not before or any(self._reaches_same_tensor(e, key, node) for e in backwards if e not in before):
             return  # nothing ran yet, or a later backward pass will fill it
         if any(self._repeats_with_same_tensor(loop, key, before) for loop in context.loops):
