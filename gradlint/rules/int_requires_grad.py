@@ -46,26 +46,26 @@ class IntRequiresGrad(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         dtypes = self.analysis.dtypes
-        if _keyword_is(node, "requires_grad", "True"):
+        func = node.func
+        if _keyword_is(node, "requires_grad", "True") and not self._is_parameter(func):
             if dtypes.dtype_of_construction(node) is DtypeKind.INTEGRAL:
                 self.report(node, self._named(node))
             return
-        func = node.func
         at = self.analysis.statement_of(node)
         if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
             if _enables(node) and dtypes.dtype_of(func.value, at) is DtypeKind.INTEGRAL:
                 self.report(node, self._named(func.value), related=self._made(func.value, at))
             return
         # Ex) nn.Parameter(torch.arange(n)): parameters require gradients by default.
+        data = _argument(node, 0, "data")
+        flag = _argument(node, 1, "requires_grad")
         if (
             self._is_parameter(func)
-            and node.args
-            and node.args[0].keyword is None
-            and not _keyword_is(node, "requires_grad", "False")
-            and _positional_count(node) < 2
-            and dtypes.dtype_of(node.args[0].value, at) is DtypeKind.INTEGRAL
+            and data is not None
+            and not (isinstance(flag, cst.Name) and flag.value == "False")
+            and dtypes.dtype_of(data, at) is DtypeKind.INTEGRAL
         ):
-            self.report(node, self._named(node.args[0].value), related=self._made(node.args[0].value, at))
+            self.report(node, self._named(data), related=self._made(data, at))
 
     def _is_parameter(self, func: cst.BaseExpression) -> bool:
         resolved = self.analysis.imports.resolve(func) or ""
@@ -116,5 +116,9 @@ def _enables(call: cst.Call) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
 
 
-def _positional_count(call: cst.Call) -> int:
-    return sum(1 for arg in call.args if arg.keyword is None)
+def _argument(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+    """The argument passed at position `index` or as `keyword=`, if any."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if index < len(positional):
+        return positional[index]
+    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == keyword), None)
