@@ -90,7 +90,7 @@ class InplaceOnGradTensor(Rule):
     def _backpropagated(self, operation: InPlace) -> bool:
         """Whether a backward may run through the modified tensor after the operation."""
         scope = self.analysis.context(operation.statement).scope
-        if self._backward_after(scope, operation.statement):
+        if self._backward_after(scope, _moment(operation)):
             return True
         if not isinstance(scope, cst.FunctionDef):
             return False
@@ -107,7 +107,7 @@ class InplaceOnGradTensor(Rule):
         after = [
             event.site
             for event in self.analysis.events.scope_events(scope)
-            if event.kind in BACKPROPAGATING and order[event.site] > order[operation.statement]
+            if event.kind in BACKPROPAGATING and order[event.site] > order[_moment(operation)]
         ]
         return after[:1]
 
@@ -117,3 +117,9 @@ class InplaceOnGradTensor(Rule):
             event.kind in BACKPROPAGATING and order[event.site] > order[node]
             for event in self.analysis.events.scope_events(scope)
         )
+
+
+def _moment(operation: InPlace) -> cst.CSTNode:
+    """When the operation runs: its call (`y.mul_(2).sum().backward()` changes `y` before that
+    backward, in one statement), or its statement for `y += 1` and `y[0] = 1`."""
+    return operation.node if isinstance(operation.node, cst.Call) else operation.statement
