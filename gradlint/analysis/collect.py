@@ -163,6 +163,7 @@ class Collected:
     owners: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     statement_of: dict[cst.Call, cst.CSTNode] = field(default_factory=dict)
     disabling: frozenset[str] = frozenset()  # the module's own grad-disabling wrappers
+    _bodies: dict[cst.If, frozenset[cst.CSTNode]] = field(default_factory=dict, repr=False)
 
     def statements_in_scope(self, scope: Scope) -> list[cst.BaseSmallStatement]:
         """The simple statements whose innermost function (or the module) is `scope`, in order."""
@@ -211,10 +212,6 @@ class Collected:
         """Whether two statements or calls lie in different branches of one `if`, so one run sees one of them."""
         shared = [b for b in self.contexts[first].ifs if isinstance(b, cst.If) and b in self.contexts[second].ifs]
         return any(self.in_body(branch, first) != self.in_body(branch, second) for branch in shared)
-
-    @cached_property
-    def _bodies(self) -> dict[cst.If, frozenset[cst.CSTNode]]:
-        return {}
 
     # Indexed once: scanning every statement of the module per region is quadratic.
     @cached_property

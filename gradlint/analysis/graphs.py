@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradlint.analysis.collect import Collected
-from gradlint.analysis.leaves import Leaves, is_leaf_value
+from gradlint.analysis.leaves import Leaves, is_container, is_leaf_value
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.roles import Role, Roles
@@ -53,7 +53,6 @@ OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSof
 NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
 MAX_DEPTH = 8
-CONTAINERS = frozenset({"dict", "list", "set", "tuple", "defaultdict", "OrderedDict"})
 
 
 class Graphs:
@@ -200,7 +199,9 @@ class Graphs:
         """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
         key = dotted_name(target)
         definition = self.definition(key, at) if key is not None else None
-        if key is None or definition is None or definition.value is None or _is_container(definition.value):
+        if key is None or definition is None or definition.value is None:
+            return False
+        if is_container(definition.value) or isinstance(definition.value, cst.Tuple):
             return False
         if not self.requires_grad(definition.value, definition):
             return False
@@ -274,13 +275,6 @@ def _saves_output(value: cst.BaseExpression) -> bool:
             return False
         value = value.func.value  # a view of a saved output shares its storage
     return False
-
-
-def _is_container(value: cst.BaseExpression) -> bool:
-    """A dict, list, set or tuple built here: no op saves the container, only (maybe) its tensors."""
-    if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set, cst.SetComp, cst.Tuple)):
-        return True
-    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in CONTAINERS
 
 
 def _is_view_index(node: cst.Subscript) -> bool:

@@ -121,7 +121,7 @@ class Leaves:
             if cls is owner
             for _, binding in self.bindings().get((method, key), [])
         ]
-        if any(isinstance(binding, _Pending) and _is_container(binding.value) for binding in bound):
+        if any(isinstance(binding, _Pending) and is_container(binding.value) for binding in bound):
             return Held.OTHER
         for method, cls in self.collected.owners.items():
             if cls is owner and method is not scope:
@@ -233,7 +233,7 @@ class Leaves:
             return _Pending(value, at, element=False)
         if isinstance(value, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp, cst.BinaryOperation)):
             return _Pending(value, at, element=False)
-        if _is_container(value):
+        if is_container(value):
             return _Pending(value, at, element=False)  # holds no leaf itself; kept to be recognised
         return Held.OTHER
 
@@ -334,7 +334,11 @@ def _is_name(node: cst.BaseExpression, value: str) -> bool:
     return isinstance(node, cst.Name) and node.value == value
 
 
-def _is_container(value: cst.BaseExpression) -> bool:
-    if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set)):
+CONTAINERS = frozenset({"dict", "list", "set", "tuple", "defaultdict", "OrderedDict"})
+
+
+def is_container(value: cst.BaseExpression) -> bool:
+    """A dict, list or set written out or built by its constructor: it holds tensors, it is none."""
+    if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set, cst.SetComp)):
         return True
-    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("dict", "list")
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in CONTAINERS
