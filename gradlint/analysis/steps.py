@@ -9,6 +9,7 @@ the calls that do not give it: `loss_batch(model, loss_fn, xb, yb)` evaluates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -274,8 +275,8 @@ class EventIndex:
         return events
 
     def _inline(self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int) -> list[Event]:
-        omitted = _omitted_optionals(helper, site) if isinstance(site, cst.Call) else frozenset()
-        exits = self._exits_without(helper, omitted)
+        off = _switched_off(helper, site) if isinstance(site, cst.Call) else {}
+        exits = self._exits_without(helper, off)
         return [
             Event(
                 event.kind,
@@ -289,38 +290,33 @@ class EventIndex:
                 event.retain_graph,
             )
             for event in self.scope_events(helper, depth + 1)
-            if not (omitted and self.context(event.node).scope is helper and self._needs_any(event, omitted, exits))
+            if not (off and self.context(event.node).scope is helper and self._needs_any(event, off, exits))
         ]
 
-    def _exits_without(self, helper: cst.FunctionDef, omitted: frozenset[str]) -> list[int]:
-        """Where `helper` returns early when an omitted parameter is missing (`if opt is None: return`)."""
-        if not omitted or not isinstance(helper.body, cst.IndentedBlock):
+    def _exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool]) -> list[int]:
+        """Where `helper` returns early for a switched-off parameter (`if opt is None: return`)."""
+        if not off or not isinstance(helper.body, cst.IndentedBlock):
             return []
         exits = []
         for statement in helper.body.body:
             if not isinstance(statement, cst.If) or statement.orelse is not None:
                 continue
-            guarded = _guarded_name(statement.test)
             last = statement.body.body[-1] if statement.body.body else None
             if isinstance(last, cst.SimpleStatementLine):
                 last = last.body[-1]
-            if guarded is not None and guarded[0] in omitted and not guarded[1] and isinstance(last, JUMPS):
+            if _runs_when_off(statement.test, off) is True and isinstance(last, JUMPS):
                 exits.append(self.collected.order[last])
         return exits
 
-    def _needs_any(self, event: Event, omitted: frozenset[str], exits: list[int]) -> bool:
-        """Whether `event` runs only when one of the `omitted` parameters is given."""
+    def _needs_any(self, event: Event, off: Mapping[str, bool], exits: list[int]) -> bool:
+        """Whether `event` runs only when one of the switched-`off` parameters is given."""
         if any(self.collected.order[event.node] > exit_order for exit_order in exits):
             return True
         for branch in event.ifs:
             if not isinstance(branch, cst.If):
                 continue
-            guarded = _guarded_name(branch.test)
-            if (
-                guarded is not None
-                and guarded[0] in omitted
-                and self.collected.in_body(branch, event.node) == guarded[1]
-            ):
+            runs = _runs_when_off(branch.test, off)
+            if runs is not None and self.collected.in_body(branch, event.node) != runs:
                 return True
         return False
 
@@ -365,49 +361,58 @@ class EventIndex:
         return steps
 
 
-def _omitted_optionals(helper: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
-    """Parameters of `helper` that default to None and that `call` does not pass."""
+def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
+    """Parameters of `helper` that are None or False at `call`: name -> whether the value is None.
+
+    A parameter is switched off when `call` omits it and its default is `None` or `False`,
+    or passes the literal `None` or `False` for it.
+    """
     if any(arg.star for arg in call.args):
-        return frozenset()  # *args or **kwargs: anything may be passed
+        return {}  # *args or **kwargs: anything may be passed
     positional = list(helper.params.posonly_params) + list(helper.params.params)
     if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
         positional = positional[1:]
-    given = sum(1 for arg in call.args if arg.keyword is None)
-    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
-    candidates = list(enumerate(positional))
-    candidates += [(len(positional), param) for param in helper.params.kwonly_params]
-    return frozenset(
-        param.name.value
-        for index, param in candidates
-        if _is_none(param.default) and index >= given and param.name.value not in keywords
-    )
+    given: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(arg for arg in call.args if arg.keyword is None):
+        if index < len(positional):
+            given[positional[index].name.value] = arg.value
+    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    off = {}
+    for param in [*positional, *helper.params.kwonly_params]:
+        value = given.get(param.name.value, param.default)
+        if isinstance(value, cst.Name) and value.value in ("None", "False"):
+            off[param.name.value] = value.value == "None"
+    return off
 
 
-def _is_none(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+def _runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | None:
+    """Whether the body of `if test` runs when the parameters `off` are switched off (None: not decided).
 
-
-def _guarded_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
-    """(name, whether the body runs when it is given) for `if p`, `if not p`, `if p is not None`, `if p is None`."""
-    if isinstance(test, cst.Name):
-        return test.value, True
+    `if p` and `if not p` are decided for None and False; `if p is None` and `if p is not None`
+    only for None (False is not None).
+    """
+    if isinstance(test, cst.Name) and test.value in off:
+        return False
     if (
         isinstance(test, cst.UnaryOperation)
         and isinstance(test.operator, cst.Not)
         and isinstance(test.expression, cst.Name)
+        and test.expression.value in off
     ):
-        return test.expression.value, False
+        return True
     if (
         isinstance(test, cst.Comparison)
         and isinstance(test.left, cst.Name)
+        and off.get(test.left.value, False)
         and len(test.comparisons) == 1
-        and _is_none(test.comparisons[0].comparator)
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
     ):
         operator = test.comparisons[0].operator
         if isinstance(operator, cst.IsNot):
-            return test.left.value, True
+            return False
         if isinstance(operator, cst.Is):
-            return test.left.value, False
+            return True
     return None
 
 
