@@ -176,10 +176,16 @@ class ModuleAnalysis:
         return self._statements_in[region]
 
     def rebinds(self, region: Loop | cst.FunctionDef, key: str) -> bool:
-        """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`)."""
+        """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`).
+
+        The assignment may unpack (`losses, accs = [], []`) or be annotated (`losses: list[Tensor] = []`).
+        """
         for statement in self.statements_in(region):
             if isinstance(statement, cst.Assign) and key not in set(names_in(statement.value)):
-                if any(key == dotted_name(target.target) for target in statement.targets):
+                if any(key in _bound_keys(target.target) for target in statement.targets):
+                    return True
+            elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+                if key not in set(names_in(statement.value)) and key in _bound_keys(statement.target):
                     return True
             elif isinstance(statement, cst.Del) and key in set(names_in(statement.target)):
                 return True
@@ -234,3 +240,11 @@ def analyze(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> M
 
 def _is_test_class(owner: cst.ClassDef) -> bool:
     return "Test" in owner.name.value or any((last_name(base.value) or "").endswith("TestCase") for base in owner.bases)
+
+
+def _bound_keys(target: cst.BaseExpression) -> set[str]:
+    """The dotted names an assignment target binds, unpacking tuples and lists (`a, (b, *c) = ...`)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {key for element in target.elements for key in _bound_keys(element.value)}
+    key = dotted_name(target)
+    return {key} if key is not None else set()
