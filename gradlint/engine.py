@@ -29,6 +29,23 @@ _ERROR_AT = re.compile(r"error at (\d+):(\d+)")
 # Deeper bracket nesting takes LibCST seconds (CPython itself refuses more than 200 levels).
 MAX_NESTING = 100
 MAX_FILE_BYTES = 2 << 20
+# What hides brackets from the nesting count: comments and string literals. Scanned as UTF-8
+# bytes; a string's prefix (`f`, `rb`, ...) is read back from the bytes before its quote.
+_STRINGISH = re.compile(rb"#[^\r\n]*|'{3}|\"{3}|'|\"")
+_PREFIX = re.compile(rb"(?<![\w.])(?i:rb|br|fr|rf|tr|rt|r|u|b|f|t)\Z")
+# The rest of a string literal that is not an f-string, from after its opening quote.
+_PLAIN_END = {
+    b"'''": re.compile(rb"(?:[^\\]|\\.)*?'{3}", re.DOTALL),
+    b'"""': re.compile(rb"(?:[^\\]|\\.)*?\"{3}", re.DOTALL),
+    b"'": re.compile(rb"(?:[^'\\\r\n]|\\.)*'?"),
+    b'"': re.compile(rb"(?:[^\"\\\r\n]|\\.)*\"?"),
+}
+# What matters in an f-string's literal text: escapes, `{{`, `{`, its closing quote, and the
+# line end that leaves a one-line f-string unterminated.
+_FSTRING_STOP = {
+    quote: re.compile(rb"\\.|\{\{|\{|" + re.escape(quote) + (rb"|[\r\n]" if len(quote) == 1 else b""), re.DOTALL)
+    for quote in _PLAIN_END
+}
 _OPENING = frozenset(b"([{")
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"()[]{}")
 
@@ -315,26 +332,66 @@ def _unparsable(data: bytes, text: str) -> str | None:
 
 
 def _bracket_depth(data: bytes, text: str) -> int:
-    """The deepest bracket nesting of `data`; a cheap byte count first, the tokenizer only if needed."""
+    """The deepest bracket nesting of the code in `text`: brackets in strings and comments do not count.
+
+    A count of the bytes settles a file with too few opening brackets to reach the limit.
+    Otherwise a scan skips comments and string literals (a `)` in a string must not hide
+    real nesting), and counts the brackets of the code in f-string replacement fields,
+    which LibCST parses too, with quotes nested as Python 3.12 allows. `tokenize` would do,
+    but before 3.12 it is pure Python (a sixth of the parse) and rejects 3.12's f-strings.
+    """
     if data.count(b"(") + data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return 0
-    depth = deepest = 0
-    for byte in data.translate(None, _NOT_BRACKETS):  # an upper bound: strings and comments count too
-        depth = depth + 1 if byte in _OPENING else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-    if deepest <= MAX_NESTING:
-        return deepest
-    depth = deepest = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.OP and token.string in ("(", "[", "{"):
-                depth += 1
-                deepest = max(deepest, depth)
-            elif token.type == tokenize.OP and token.string in (")", "]", "}"):
-                depth -= 1
-    except (tokenize.TokenError, SyntaxError):
-        pass  # a broken file: the depth reached before the error stands
-    return deepest
+    return _scan_code(text.encode("utf-8", "surrogatepass"), 0, 0, in_field=False)[1]
+
+
+def _scan_code(code: bytes, position: int, depth: int, *, in_field: bool) -> tuple[int, int]:
+    """Scan code from `position`, at bracket `depth`, to the end or (`in_field`) past the `}` closing the field.
+
+    Returns where the scan stopped and the deepest nesting it saw.
+    """
+    level = deepest = depth
+    while True:
+        match = _STRINGISH.search(code, position)
+        end = match.start() if match is not None else len(code)
+        if in_field:  # rare and short: byte by byte, to find the `}` that ends the field
+            for offset, byte in enumerate(code[position:end]):
+                if byte in b")]}" and level == depth:
+                    return position + offset + 1, deepest
+                level = level + 1 if byte in _OPENING else level - 1 if byte in b")]}" else level
+                deepest = max(deepest, level)
+        else:
+            for byte in code[position:end].translate(None, _NOT_BRACKETS):
+                level = level + 1 if byte in _OPENING else max(level - 1, 0)
+                deepest = max(deepest, level)
+        if match is None:
+            return len(code), deepest
+        position = match.end()
+        quote = match[0]
+        if quote.startswith(b"#"):
+            continue  # a comment
+        prefix = _PREFIX.search(code, max(end - 2, 0), end)
+        if prefix is not None and (b"f" in prefix[0].lower() or b"t" in prefix[0].lower()):
+            position, inner = _scan_fstring(code, position, quote, level)
+            deepest = max(deepest, inner)
+        else:
+            rest = _PLAIN_END[quote].match(code, position)
+            position = rest.end() if rest is not None else len(code)
+
+
+def _scan_fstring(code: bytes, position: int, quote: bytes, depth: int) -> tuple[int, int]:
+    """Skip an f-string's literal text from `position`, scanning its replacement fields as code."""
+    deepest = depth
+    while (stop := _FSTRING_STOP[quote].search(code, position)) is not None:
+        position = stop.end()
+        if stop[0] == quote:
+            return position, deepest
+        if stop[0] in (b"\r", b"\n"):
+            return stop.start(), deepest  # unterminated: the parser reports it
+        if stop[0] == b"{":
+            position, inner = _scan_code(code, position, depth + 1, in_field=True)
+            deepest = max(deepest, inner)
+    return len(code), deepest
 
 
 def _undecodable(data: bytes) -> str | None:
@@ -412,7 +469,7 @@ def _filter(diagnostics: list[Diagnostic], text: str, config: Config, noqa: bool
     enabled = [d for d in diagnostics if d.code == INTERNAL_ERROR[0] or config.is_enabled(d.code, d.path)]
     if not noqa or not enabled or not NOQA.search(text):
         return enabled
-    lines, groups = io.StringIO(text).readlines(), noqa_lines(text)
+    lines, groups = _physical_lines(text).readlines(), noqa_lines(text)
     searched = {line: "".join(lines[group.start - 1 : group.stop - 1]) for line, group in groups.items()}
     return [d for d in enabled if d.code == INTERNAL_ERROR[0] or not _suppressed(d, searched.get(d.line, ""))]
 
@@ -424,12 +481,12 @@ def noqa_lines(text: str) -> dict[int, range]:
     its lines one: a `# noqa` on any of them covers all of them. The last line of a
     group ends outside any string, so a new `# noqa` comment goes there.
     """
-    count = len(io.StringIO(text).readlines())
+    count = len(_physical_lines(text).readlines())
     physical = {line: range(line, line + 1) for line in range(1, count + 1)}
     groups = dict(physical)
     first, last = count + 2, -1
     try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        for token in tokenize.generate_tokens(_physical_lines(text).readline):
             if token.type in (tokenize.ENDMARKER, tokenize.DEDENT):
                 continue
             first, last = min(first, token.start[0]), max(last, token.end[0])
@@ -439,6 +496,11 @@ def noqa_lines(text: str) -> dict[int, range]:
     except (tokenize.TokenError, SyntaxError):
         return physical  # flake8 falls back to the physical lines too
     return groups
+
+
+def _physical_lines(text: str) -> io.StringIO:
+    """`text` to read line by line, a line ending at `\\r\\n`, `\\r` or `\\n` as LibCST counts them."""
+    return io.StringIO(text, newline=None)
 
 
 def _suppressed(diagnostic: Diagnostic, line: str) -> bool:

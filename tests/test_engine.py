@@ -278,6 +278,19 @@ def test_noqa_codes_are_matched_as_prefixes(comment: str, silenced: bool) -> Non
     assert [d.code for d in found] == ([] if silenced else ["GL001"])
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_noqa_is_read_on_the_line_of_the_finding_whatever_the_line_ends(newline: str) -> None:
+    # LibCST counts a line at each of the three line ends; so must the noqa filter (flake8 does).
+    lines = [
+        "import torch",
+        "ids = torch.tensor([3, 1, 2], requires_grad=True)  # noqa: GL010",
+        "idx = torch.tensor([0, 2], requires_grad=True)",
+        "print(ids, idx)  # noqa",
+    ]
+    found = lint_source(newline.join(lines) + newline, "train.py")
+    assert [(d.code, d.line) for d in found] == [("GL010", 3)]
+
+
 CLIP_AFTER_STEP = """\
 import torch
 

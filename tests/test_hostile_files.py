@@ -164,6 +164,25 @@ def test_thousand_deep_nesting_is_refused_quickly(tmp_path: Path, opening: str) 
     assert seconds < 60
 
 
+# Each level hides a closing bracket from a plain count of the bytes: in a string, a comment,
+# a multi-line string, or a string nested in an f-string as Python 3.12 allows. 2,500 levels
+# crash LibCST's parser (SIGSEGV), so they must be refused before it sees them.
+HIDDEN_CLOSERS = {
+    "string": '(")" + ',
+    "comment": "(  # )\n",
+    "multi-line string": '("""\n)\n""" + ',
+    "f-string": '(f"{")"}" + ',
+}
+
+
+@pytest.mark.parametrize("level", list(HIDDEN_CLOSERS.values()), ids=list(HIDDEN_CLOSERS))
+def test_deep_nesting_behind_closing_brackets_in_strings_is_refused(tmp_path: Path, level: str) -> None:
+    Path("hidden.py").write_text(STEP + "y = " + level * 2500 + "x" + ")" * 2500 + "\n")
+    code, out, seconds = run_bounded(tmp_path, ".", "-j1")
+    assert (code, out) == (1, "hidden.py:1:1: GL000 cannot parse: brackets are nested more than 100 deep\n")
+    assert seconds < 60
+
+
 def test_a_tree_too_deep_for_python_recursion_is_gl000(tmp_path: Path) -> None:
     Path("chain.py").write_text(STEP + "y = " + " + ".join(["a"] * 3000) + "\n")  # no brackets, 3,000 levels
     code, out, seconds = run_bounded(tmp_path, ".", "-j1")
@@ -184,7 +203,12 @@ def test_many_brackets_and_undecodable_bytes() -> None:
     assert code == 1 and "GL000 cannot parse: 'utf-8' codec can't decode byte 0xff" in out
 
 
-def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
-    Path("strings.py").write_text(STEP + "s = '" + "(" * 1000 + "'\n")
+@pytest.mark.parametrize(
+    "literal",
+    ["'" + "(" * 1000 + "'", '"""\n' + "[" * 1000 + '\n"""', 'f"{{' + "(" * 1000 + '"', "0  # " + "{" * 1000],
+    ids=["string", "multi-line string", "f-string text", "comment"],
+)
+def test_brackets_inside_strings_do_not_count_as_nesting(literal: str) -> None:
+    Path("strings.py").write_text(STEP + "s = " + literal + "\n")
     code, out = run("strings.py")
     assert code == 1 and out.startswith(f"strings.py:{FINDING}")
