@@ -84,9 +84,18 @@ def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return None
 
 
+# The names under which backward-like calls take their first argument by keyword:
+# torch.autograd.backward(tensors=), autograd.grad(outputs=), scaler.scale(outputs=),
+# accelerator/DeepSpeed/manual_backward(loss=), fabric.backward(tensor=).
+FIRST_ARGUMENT_KEYWORDS = ("tensors", "outputs", "loss", "tensor")
+
+
 def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
-    positional = [arg.value for arg in call.args if arg.keyword is None]
-    return positional[0] if positional else None
+    """The first positional argument of `call`, or the one passed by its usual keyword."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if positional:
+        return positional[0]
+    return next((_keyword(call, name) for name in FIRST_ARGUMENT_KEYWORDS if _keyword(call, name) is not None), None)
 
 
 def _is_true(node: cst.BaseExpression | None) -> bool:
@@ -198,8 +207,8 @@ class EventIndex:
         is_function = resolved.endswith("autograd.backward") or receiver is None
         if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver):
             return Kind.BACKWARD, _first_arg(call), False, retain
-        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale" and receiver.args:
-            return Kind.BACKWARD, receiver.args[0].value, True, retain
+        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale" and _first_arg(receiver) is not None:
+            return Kind.BACKWARD, _first_arg(receiver), True, retain
         return Kind.BACKWARD, receiver, False, retain
 
     def _classify_method(

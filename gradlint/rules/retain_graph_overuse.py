@@ -160,7 +160,8 @@ class RetainGraphOveruse(Rule):
             return None
         if self._carried_round_the_loop(event) or self._handed_on(self.analysis.context(call).function, event):
             return None  # a later backward (the next iteration's, a caller's) may go through this graph
-        safe = not self._may_share_a_callers_graph(event)
+        # A loss that cannot be read (`accelerator.backward(**outputs, ...)`) cannot be checked either.
+        safe = event.value is not None and not self._may_share_a_callers_graph(event)
         fix = without_keyword(call, "retain_graph")
         return replace_node(self.analysis, call, fix, "remove `retain_graph=True`", safe=safe)
 
