@@ -7,7 +7,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
-from gradlint.analysis.collect import Loop
+from gradlint.analysis.collect import Loop, Scope
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.origins import Binding, Definition
 from gradlint.analysis.values import operand_names
@@ -138,7 +138,8 @@ class MissingZeroGrad(Rule):
         """One step of an optimizer built in the same pass as the parameters it updates.
 
         Ex) a test that builds a model and its optimizer, backpropagates once and steps once, or
-        a loop that makes a fresh latent and an optimizer for it on every iteration: no
+        a loop (in a function or a script) that makes a fresh latent or model and an optimizer
+        for it on every iteration: no
         earlier gradients exist to add onto, however often the function or the loop runs.
         """
         analysis = self.analysis
@@ -147,7 +148,7 @@ class MissingZeroGrad(Rule):
             return False
         scope = analysis.context(event.node).scope
         loops = analysis.context(event.node).loops
-        if not isinstance(scope, cst.FunctionDef) or (loops and event.node is not event.site):
+        if loops and event.node is not event.site:
             return False
         direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.node is other.site]
         if event.node is event.site and len(direct) != 1:
@@ -156,7 +157,7 @@ class MissingZeroGrad(Rule):
         definitions = analysis.origins.definitions(key, at)
         return bool(definitions) and all(self._built_here(definition, scope, loops) for definition in definitions)
 
-    def _built_here(self, definition: Definition, scope: cst.FunctionDef, loops: tuple[Loop, ...]) -> bool:
+    def _built_here(self, definition: Definition, scope: Scope, loops: tuple[Loop, ...]) -> bool:
         # SGD(model.parameters()), optim_cls(params) with `model`/`params` made in the function,
         # not `self.optimizers()`, which hands back an existing one, nor an optimizer of a model passed in.
         analysis = self.analysis
