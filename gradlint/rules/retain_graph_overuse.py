@@ -237,9 +237,12 @@ class RetainGraphOveruse(Rule):
         if analysis.context(loop).scope is not analysis.context(event.node).scope:
             return False  # the loop is a caller's, around a helper that backpropagates
         bound = _bound_in(loop, analysis.statements_in(loop))
-        # Ex) for out in outputs: out.sum().backward(retain_graph=True)  /  f.backward(...) with f from outside
+        # Ex) for out in outputs: out.loss.backward(retain_graph=True)  /  f.backward(...) with f from outside
         tensors = {dotted_name(tensor) for tensor in analysis.graphs.tensors_of(event.value)}
-        if tensors & _targets(loop) or (tensors and not any(_is_bound(tensor, bound) for tensor in tensors)):
+        items = _targets(loop)
+        if any(tensor is not None and _is_bound(tensor, items) for tensor in tensors) or (
+            tensors and not any(_is_bound(tensor, bound) for tensor in tensors)
+        ):
             return True
         statement = analysis.statement_of(event.node)
         for definition in analysis.graphs.sources(event.value, statement).values():
