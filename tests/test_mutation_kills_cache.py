@@ -37,7 +37,12 @@ print(json.dumps([str(warning.message) for warning in caught if warning.category
 
 
 def encoding_warnings_of_a_put(directory: Path) -> list[str]:
-    """The EncodingWarnings of one `ResultCache.put` into `directory`, in a Python that reports them."""
+    """The EncodingWarnings of one `ResultCache.put` into `directory`, in a Python that reports them.
+
+    The same put runs in this process first, into a sibling directory: mutmut runs a test only
+    for the functions it saw the test call in-process, and the subprocess inherits the mutant.
+    """
+    ResultCache(directory.parent / f"{directory.name}-in-process", Config()).put("ab" * 32, [finding()])
     paths = [str(Path(gradlint.__file__).parent.parent), str(Path(__file__).parent)]  # this gradlint, these tests
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-X", "warn_default_encoding", "-c", PUT_AND_LIST_ENCODING_WARNINGS, str(directory)]
