@@ -13,6 +13,7 @@ import click
 
 from gradlint import __version__
 from gradlint.cache import CACHE_DIR
+from gradlint.catalog import rule_infos
 from gradlint.config import Config, ConfigError, load_config
 from gradlint.formats import formats, text
 from gradlint.rule import INTERNAL_ERROR, Diagnostic, all_rules
@@ -92,7 +93,6 @@ def check(
 ) -> None:
     """Lint files and directories (recursing into *.py and *.ipynb) and report findings."""
     from gradlint.engine import find_targets, lint_targets
-    from gradlint.fix import fix_paths
 
     _check_usage(output_format, show_source, statistics, apply_fixes, show_diff, add_noqa)
     paths = paths or (Path("."),)
@@ -109,6 +109,9 @@ def check(
     if not quiet:
         _warn_about_empty(targets)
     cache = None if no_cache else config.root / CACHE_DIR
+    if show_diff or apply_fixes:
+        from gradlint.fix import fix_paths  # the fixer edits syntax trees: it imports LibCST
+
     if show_diff:
         sys.exit(
             _show_diff(fix_paths(paths, config, unsafe_fixes, write=False, jobs=jobs, cache=cache), quiet, output_file)
@@ -337,9 +340,9 @@ def render_statistics(diagnostics: Sequence[Diagnostic]) -> str:
 @click.argument("code")
 def rule(code: str) -> None:
     """Print the documentation of one rule (by code or name)."""
-    for rule_class in all_rules().values():
-        if code.upper() == rule_class.code or code == rule_class.name:
-            click.echo(rule_class.documentation(), nl=False)
+    for info in rule_infos().values():
+        if code.upper() == info.code or code == info.name:
+            click.echo(info.documentation(), nl=False)
             return
     click.echo(f"gradlint: error: unknown rule '{code}' (see `gradlint rules`)", err=True)
     sys.exit(EXIT_ERROR)
@@ -354,7 +357,7 @@ def list_rules(markdown: bool, docs: bool) -> None:
         click.echo(rules_markdown(), nl=False)
         return
     click.echo(
-        rule_table() if markdown else "".join(f"{r.code}  {r.name:<28} {r.summary()}\n" for r in all_rules().values()),
+        rule_table() if markdown else "".join(f"{r.code}  {r.name:<28} {r.summary}\n" for r in rule_infos().values()),
         nl=False,
     )
 

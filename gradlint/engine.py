@@ -13,14 +13,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-import libcst as cst
-
 from gradlint import notebook
-from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.cache import ResultCache
+from gradlint.catalog import RuleInfo, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
-from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, all_rules
+from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
 
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
@@ -50,12 +48,12 @@ _OPENING = frozenset(b"([{")
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"()[]{}")
 
 
-def enabled_rules(config: Config, path: str) -> list[type[Rule]]:
-    """The rule classes whose findings `config` reports for `path`."""
-    return [rule for code, rule in all_rules().items() if config.is_enabled(code, path)]
+def enabled_rules(config: Config, path: str) -> list[RuleInfo]:
+    """The rules whose findings `config` reports for `path`, as data (see `gradlint.catalog`)."""
+    return [rule for code, rule in rule_infos().items() if config.is_enabled(code, path)]
 
 
-def could_fire(rule: type[Rule], data: bytes) -> bool:
+def could_fire(rule: RuleInfo | type[Rule], data: bytes) -> bool:
     """Whether `data` holds what `rule.requires` names: every token, or one of each group."""
     return all(
         clause in data if isinstance(clause, bytes) else any(token in data for token in clause)
@@ -86,22 +84,24 @@ def lint_source(
         # No enabled rule could fire on this file: skip the parse, but still report
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
-        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
     try:
         text = decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa)
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa)
     problem = _unparsable(data, text)
     if problem:
-        return _filter([_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
+    from gradlint import checking  # here: LibCST and the rules load only when a file needs them
+
     try:
-        module = cst.parse_module(text)  # text, not bytes: LibCST would reject a cookie decode_source overrode
+        module = checking.parse(text)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
         return _filter([_parse_error(path, text, error)], text, config, noqa)
     try:
-        diagnostics = _run_rules(module, rules, path)
+        diagnostics = checking.run_rules(module, [rule.load() for rule in rules], path)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
-        diagnostics = [_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
+        diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     return _filter(diagnostics, text, config, noqa)
 
 
@@ -126,7 +126,7 @@ def lint_notebook(data: bytes, path: str, config: Config | None = None) -> list[
     try:
         cells = notebook.read_notebook(data)
     except notebook.NotebookError as error:
-        return [_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot read notebook: {error}")]
+        return [tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot read notebook: {error}")]
     return sorted(cells.locate(diagnostic) for diagnostic in lint_source(cells.source, path, config))
 
 
@@ -187,7 +187,7 @@ def lint_targets(
     misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in targets.files:
         if isinstance(item, Missing):
-            results.append([_diagnostic(PARSE_ERROR, item.path, 1, 1, f"cannot lint: {item.reason}")])
+            results.append([tool_diagnostic(PARSE_ERROR, item.path, 1, 1, f"cannot lint: {item.reason}")])
             continue
         try:
             data = item.read_bytes()
@@ -242,7 +242,7 @@ def _lint_guarded(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
         return lint_bytes(path, data, config)
     except Exception as error:  # noqa: BLE001  (one file must never stop the run)
         message = f"internal error, please report: {type(error).__name__}: {error}"
-        return [_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+        return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
 
 
 def _lint_alone(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
@@ -251,70 +251,11 @@ def _lint_alone(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
     if found is not None:
         return found
     message = "internal error: the process linting this file died (out of memory?), please report"
-    return [_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+    return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
 
 
 def _unreadable(path: Path, error: OSError) -> Diagnostic:
-    return _diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")
-
-
-def _run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[Diagnostic]:
-    wanted = frozenset(name[len("visit_") :] for rule in rules for name in dir(rule) if name.startswith("visit_"))
-    try:
-        analysis = analyze(module, wanted)
-    except RecursionError:
-        return [_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    if not analysis.is_torch_code:
-        return []
-    diagnostics: list[Diagnostic] = []
-    for rule_class in rules:
-        rule = rule_class(analysis)
-        try:
-            _run_rule(rule, analysis)
-        except Exception as error:  # noqa: BLE001  (one failing rule must not hide the others)
-            message = f"internal error in {rule.code}, please report: {type(error).__name__}: {error}"
-            diagnostics.append(_diagnostic(INTERNAL_ERROR, path, 1, 1, message))
-            continue
-        diagnostics.extend(_at(analysis, rule, path, reported) for reported in rule.reported)
-    return sorted(set(diagnostics))
-
-
-def _run_rule(rule: Rule, analysis: ModuleAnalysis) -> None:
-    rule.check_module()
-    if type(rule).check_step is not Rule.check_step:
-        for step in analysis.training_steps:
-            rule.check_step(step)
-    for name in dir(type(rule)):
-        if name.startswith("visit_"):
-            visit = getattr(rule, name)
-            for node in analysis.collected.by_type.get(name[len("visit_") :], []):
-                visit(node)
-
-
-def _at(analysis: ModuleAnalysis, rule: Rule, path: str, reported: Reported) -> Diagnostic:
-    position = analysis.positions[reported.node]
-    related = []
-    for node, note in reported.related:
-        where = analysis.positions[node]
-        start, end = where.start, where.end
-        related.append(Related(path, start.line, start.column + 1, end.line, end.column + 1, note))
-    return Diagnostic(
-        path=path,
-        line=position.start.line,
-        column=position.start.column + 1,
-        code=rule.code,
-        end_line=position.end.line,
-        end_column=position.end.column + 1,
-        name=rule.name,
-        message=reported.message,
-        fix=reported.fix,
-        related=tuple(dict.fromkeys(related)),  # each place once, in the order given
-    )
-
-
-def _diagnostic(kind: tuple[str, str], path: str, line: int, column: int, message: str) -> Diagnostic:
-    code, name = kind
-    return Diagnostic(path, line, column, code, end_line=line, end_column=column, name=name, message=message)
+    return tool_diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")
 
 
 def _unparsable(data: bytes, text: str) -> str | None:
@@ -432,7 +373,7 @@ def _is_utf8(data: bytes) -> bool:
 
 def _parse_error(path: str, text: str, error: Exception) -> Diagnostic:
     """GL000 in CPython's words; LibCST's own only where CPython accepts the code."""
-    too_deep = _diagnostic(PARSE_ERROR, path, 1, 1, "cannot parse: the file is nested too deeply")
+    too_deep = tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot parse: the file is nested too deeply")
     if isinstance(error, RecursionError):
         return too_deep
     try:
@@ -441,13 +382,15 @@ def _parse_error(path: str, text: str, error: Exception) -> Diagnostic:
         return too_deep
     if rejected is not None:
         line, column = rejected.lineno or 1, rejected.offset or 1
-        return _diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), f"syntax error: {rejected.msg}")
-    if isinstance(error, cst.ParserSyntaxError):
+        return tool_diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), f"syntax error: {rejected.msg}")
+    from gradlint.checking import ParserSyntaxError  # loaded already: the parse that failed used it
+
+    if isinstance(error, ParserSyntaxError):
         found = _ERROR_AT.search(str(error))
         line, column = (int(found[1]), int(found[2]) + 1) if found else (error.raw_line, error.raw_column + 1)
         message = f"cannot parse: LibCST does not support this code, which CPython accepts: {error.message}"
-        return _diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), message)
-    return _diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")
+        return tool_diagnostic(PARSE_ERROR, path, max(line, 1), max(column, 1), message)
+    return tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")
 
 
 def _cpython_syntax_error(text: str, path: str) -> SyntaxError | None:

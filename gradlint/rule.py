@@ -86,6 +86,12 @@ class Diagnostic:
     related: tuple[Related, ...] = field(default=(), compare=False, kw_only=True)
 
 
+def tool_diagnostic(kind: tuple[str, str], path: str, line: int, column: int, message: str) -> Diagnostic:
+    """A finding of gradlint itself (PARSE_ERROR or INTERNAL_ERROR): one position, no fix."""
+    code, name = kind
+    return Diagnostic(path, line, column, code, end_line=line, end_column=column, name=name, message=message)
+
+
 @dataclass(frozen=True)
 class Reported:
     """What a rule reported, before the engine turns nodes into positions."""
@@ -167,15 +173,16 @@ class Rule:
 
     @classmethod
     def documentation(cls) -> str:
-        """The rule's full user documentation: docstring, example and fix."""
-        doc = cls._doc()
-        url = cls.docs_url()
-        link = f"\nDocumentation: {url}\n" if url else ""
+        """The rule's full user documentation: docstring, example and fix, then where it is published."""
+        return with_docs_link(cls.documentation_body(), cls.anchor())
+
+    @classmethod
+    def documentation_body(cls) -> str:
+        """The documentation without the link to where it is published (which the installed metadata names)."""
         return (
-            f"{cls.code} {cls.name}\n\n{doc}\n\n"
+            f"{cls.code} {cls.name}\n\n{cls._doc()}\n\n"
             f"Example\n{textwrap.indent(textwrap.dedent(cls.example).strip(), '    ')}\n\n"
             f"Use instead\n{textwrap.indent(textwrap.dedent(cls.use_instead).strip(), '    ')}\n"
-            f"{link}"
         )
 
     @classmethod
@@ -190,14 +197,8 @@ class Rule:
 
     @classmethod
     def docs_url(cls) -> str | None:
-        """The rule's section of docs/rules.md where it is published, or None if no one says where.
-
-        The `Documentation` URL of gradlint's `[project.urls]` names where the docs/ folder
-        is published; without one no link is made up, and `gradlint rule CODE` prints
-        the same text.
-        """
-        base = project_url(*DOCUMENTATION_LABELS)
-        return None if base is None else urljoin(base.rstrip("/") + "/", f"rules.md#{cls.anchor()}")
+        """The rule's section of docs/rules.md where it is published, or None if no one says where."""
+        return docs_url(cls.anchor())
 
     @classmethod
     def markdown(cls) -> str:
@@ -214,6 +215,23 @@ class Rule:
             f"Example:\n\n```python\n{textwrap.dedent(cls.example).strip()}\n```\n\n"
             f"Use instead:\n\n```python\n{textwrap.dedent(cls.use_instead).strip()}\n```\n"
         )
+
+
+def docs_url(anchor: str) -> str | None:
+    """The URL of the section `anchor` of docs/rules.md where it is published, or None if no one says where.
+
+    The `Documentation` URL of gradlint's `[project.urls]` names where the docs/ folder
+    is published; without one no link is made up, and `gradlint rule CODE` prints
+    the same text.
+    """
+    base = project_url(*DOCUMENTATION_LABELS)
+    return None if base is None else urljoin(base.rstrip("/") + "/", f"rules.md#{anchor}")
+
+
+def with_docs_link(body: str, anchor: str) -> str:
+    """A rule's documentation `body`, followed by the link to its published section when there is one."""
+    url = docs_url(anchor)
+    return f"{body}\nDocumentation: {url}\n" if url else body
 
 
 @cache

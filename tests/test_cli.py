@@ -288,6 +288,38 @@ def test_python_dash_m_entry_point(project: Path) -> None:
     assert result.returncode == 1 and "GL002" in result.stdout
 
 
+# The modules that make linting a file cost a third of a second before any work.
+HEAVY_MODULES = (
+    "sorted(m for m in sys.modules if m.split('.')[0] == 'libcst' "
+    "or m.startswith(('gradlint.rules', 'gradlint.analysis', 'gradlint.checking', 'gradlint.fix')))"
+)
+
+
+def test_a_run_of_cache_hits_and_the_rule_docs_load_neither_libcst_nor_the_rules(project: Path) -> None:
+    # A pre-commit run over unchanged files answers from the cache: it must not pay for the parser.
+    assert run("check", "-j1", ".")[0] == 1  # fills the cache
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from gradlint.cli import main\n"
+        "assert CliRunner().invoke(main, ['check', '-j1', '.']).exit_code == 1\n"
+        "assert CliRunner().invoke(main, ['rules']).output.startswith('GL001  loss-accumulation')\n"
+        "assert CliRunner().invoke(main, ['rule', 'GL005']).output.startswith('GL005 retain-graph-overuse')\n"
+        f"print({HEAVY_MODULES})\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+    (project / "buggy.py").write_text(BUGGY + "\n")  # a changed file is a miss, and is parsed
+    result = subprocess.run(
+        [sys.executable, "-c", probe.replace("print(", "print(bool(") + ")"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == "True"
+
+
 def test_version_and_help_load_neither_libcst_nor_the_engine_nor_the_rules() -> None:
     # Every pre-commit run and every editor start pays for what the command line imports.
     probe = (

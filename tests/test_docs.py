@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gradlint.catalog import DATA, RuleInfo, generate, rule_infos
 from gradlint.cli import rule_table, rules_markdown
+from gradlint.rule import Rule
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -30,6 +32,33 @@ def test_readme_links_each_rule_to_its_section_of_docs_rules_md_by_relative_path
 def test_docs_rules_md_is_generated_from_the_rules() -> None:
     generated = (ROOT / "docs" / "rules.md").read_text()
     assert generated == rules_markdown(), "run `gradlint rules --docs > docs/rules.md`"
+
+
+def test_the_catalog_is_generated_from_the_rules() -> None:
+    assert DATA.read_text(encoding="utf-8") == generate(), "run `python -m gradlint.catalog`"
+
+
+def test_a_catalog_entry_loads_its_rule_and_tells_what_the_rule_tells() -> None:
+    for code, info in rule_infos().items():
+        rule = info.load()
+        assert (rule.code, rule.name, rule.requires, rule.summary()) == (code, info.name, info.requires, info.summary)
+        assert info.documentation() == rule.documentation()
+
+
+def test_rules_registered_by_other_code_join_the_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Registered(Rule):
+        """Checks for nothing; a rule that only this test registers."""
+
+        code = "GL988"
+        name = "registered-by-a-test"
+        message = "never reported"
+        example = use_instead = "pass"
+        requires = (b"never",)
+
+    del Rule.registry[Registered.code]  # defining it registered it: leave the registry as it was
+    monkeypatch.setitem(Rule.registry, Registered.code, Registered)
+    assert rule_infos()["GL988"] == RuleInfo.of(Registered)
+    assert rule_infos()["GL988"].load() is Registered
 
 
 def test_every_rule_that_builds_fixes_documents_what_its_fix_assumes() -> None:

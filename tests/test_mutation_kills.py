@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import libcst as cst
 import pytest
 
+import gradlint.checking
 import gradlint.engine
 import gradlint.fix
 from gradlint import Config, Diagnostic, lint_paths, lint_source
@@ -571,7 +572,7 @@ def test_an_analysis_that_recurses_too_deep_gives_gl000_at_the_start(monkeypatch
     def recurse(*args: object) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(gradlint.engine, "analyze", recurse)
+    monkeypatch.setattr(gradlint.checking, "analyze", recurse)
     [found] = lint_source(LEAK, "deep.py")
     assert (found.path, found.line, found.column, found.code) == ("deep.py", 1, 1, "GL000")
     assert found.message == "cannot lint: the file is nested too deeply"
@@ -582,7 +583,7 @@ def test_positions_that_recurse_too_deep_give_gl000_at_the_start(monkeypatch: py
     def recurse(*args: object) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(gradlint.engine, "_at", recurse)
+    monkeypatch.setattr(gradlint.checking, "_at", recurse)
     [found] = lint_source(LEAK, "deep.py")
     assert (found.path, found.line, found.column, found.code) == ("deep.py", 1, 1, "GL000")
     assert found.message == "cannot lint: the file is nested too deeply"

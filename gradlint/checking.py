@@ -1,0 +1,74 @@
+"""Parse a module and run rules over it: the part of linting that needs LibCST and the analysis.
+
+The engine imports this module only when a file has to be parsed, so that a run whose files
+are all cache hits, or that no enabled rule could fire on, never loads LibCST or the rules.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, tool_diagnostic
+
+ParserSyntaxError = cst.ParserSyntaxError  # what `parse` raises for code LibCST cannot read
+
+
+def parse(text: str) -> cst.Module:
+    """The module `text` holds; raises what LibCST raises for code it cannot parse."""
+    return cst.parse_module(text)  # text, not bytes: LibCST would reject a cookie decode_source overrode
+
+
+def run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[Diagnostic]:
+    """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run."""
+    wanted = frozenset(name[len("visit_") :] for rule in rules for name in dir(rule) if name.startswith("visit_"))
+    try:
+        analysis = analyze(module, wanted)
+    except RecursionError:
+        return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
+    if not analysis.is_torch_code:
+        return []
+    diagnostics: list[Diagnostic] = []
+    for rule_class in rules:
+        rule = rule_class(analysis)
+        try:
+            _run_rule(rule, analysis)
+        except Exception as error:  # noqa: BLE001  (one failing rule must not hide the others)
+            message = f"internal error in {rule.code}, please report: {type(error).__name__}: {error}"
+            diagnostics.append(tool_diagnostic(INTERNAL_ERROR, path, 1, 1, message))
+            continue
+        diagnostics.extend(_at(analysis, rule, path, reported) for reported in rule.reported)
+    return sorted(set(diagnostics))
+
+
+def _run_rule(rule: Rule, analysis: ModuleAnalysis) -> None:
+    rule.check_module()
+    if type(rule).check_step is not Rule.check_step:
+        for step in analysis.training_steps:
+            rule.check_step(step)
+    for name in dir(type(rule)):
+        if name.startswith("visit_"):
+            visit = getattr(rule, name)
+            for node in analysis.collected.by_type.get(name[len("visit_") :], []):
+                visit(node)
+
+
+def _at(analysis: ModuleAnalysis, rule: Rule, path: str, reported: Reported) -> Diagnostic:
+    position = analysis.positions[reported.node]
+    related = []
+    for node, note in reported.related:
+        where = analysis.positions[node]
+        start, end = where.start, where.end
+        related.append(Related(path, start.line, start.column + 1, end.line, end.column + 1, note))
+    return Diagnostic(
+        path=path,
+        line=position.start.line,
+        column=position.start.column + 1,
+        code=rule.code,
+        end_line=position.end.line,
+        end_column=position.end.column + 1,
+        name=rule.name,
+        message=reported.message,
+        fix=reported.fix,
+        related=tuple(dict.fromkeys(related)),  # each place once, in the order given
+    )
