@@ -207,6 +207,29 @@ def test_a_local_total_of_a_step_function_without_a_loop_is_not_reported() -> No
     assert gl001(source) == []
 
 
+def test_a_meter_made_in_the_step_function_is_fresh_on_every_call() -> None:
+    # `meter.values` is not rebound itself, but `meter` is made anew on every call.
+    source = """\
+    import torch.nn.functional as F
+
+
+    class Meter:
+        def __init__(self):
+            self.values = []
+
+
+    def train_step(model, optimizer, x, y):
+        meter = Meter()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        meter.values.append(loss)
+        print(len(meter.values))
+    """
+    assert gl001(source) == []
+
+
 def test_a_step_method_keeping_the_loss_on_self_tells_each_call_adds_a_graph() -> None:
     source = """\
     import torch.nn.functional as F

@@ -927,3 +927,23 @@ def test_a_step_in_a_default_argument_does_not_see_the_enclosing_optimizer_as_fr
         loss.backward()
     """
     assert [(d.line, d.message) for d in gl002(source)] == [(8, never_cleared("optimizer"))]
+
+
+def test_optimizers_handed_in_and_stepped_in_a_helper_loop_are_not_fresh() -> None:
+    # The helper's loop variable names optimizers built by the caller's caller: nothing proves them new.
+    source = """\
+    import torch.nn.functional as F
+
+
+    def train(model, loader, optimizers):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            step_all(optimizers)
+
+
+    def step_all(optimizers):
+        for optimizer in optimizers:
+            optimizer.step()
+    """
+    assert [(d.line, d.column, d.message) for d in gl002(source)] == [(7, 9, never_cleared("optimizer"))]

@@ -162,3 +162,22 @@ for x, y in loader:
 )
 def test_a_helper_under_no_grad_is_reported_only_when_it_backpropagates(event: str, lines: list[int]) -> None:
     assert [line for line, *_ in findings(HELPER_UNDER_NO_GRAD.format(event=event), "GL013")] == lines
+
+
+def test_an_in_place_call_in_the_backward_statement_runs_before_that_backward() -> None:
+    # `scores.mul_(2)` changes exp's saved output before `.backward()` of the same statement runs.
+    source = """\
+import torch
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        scores = torch.exp(model(x))
+        scores.mul_(2).sum().backward()
+        optimizer.step()
+"""
+    message = (
+        "`scores`, saved for backward, is modified in place, so backward raises 'modified by an inplace operation'"
+    )
+    assert [(line, column, text) for line, column, text, _ in findings(source, "GL004")] == [(8, 9, message)]
