@@ -103,6 +103,23 @@ def test_a_backward_that_takes_its_loss_by_keyword_inside_no_grad_is_not_reporte
     assert lint(source) == []
 
 
+def test_a_backward_whose_loss_cannot_be_read_inside_no_grad_is_not_judged() -> None:
+    # `**outputs` hides which tensor is backpropagated: GL013 cannot tell where it was computed.
+    source = """\
+        import torch
+
+
+        def train_step(model, ema, optimizer, images):
+            optimizer.zero_grad()
+            outputs = {"tensors": model(images).sum()}
+            with torch.no_grad():
+                torch.autograd.backward(**outputs)
+                ema.update(model)
+            optimizer.step()
+        """
+    assert lint(source) == []
+
+
 # --- GL006 --------------------------------------------------------------------------------------
 
 
