@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gradlint.config import Config
-from gradlint.rule import Diagnostic, Edit, Fix, Related, Rule
+from gradlint.rule import Diagnostic, Edit, Fix, Related, Rule, is_builtin
 
 CACHE_DIR = ".gradlint_cache"
 _PACKAGE = Path(__file__).parent
@@ -36,7 +36,7 @@ def fingerprint() -> str:
 
     digest = hashlib.sha256(f"{__version__}\0{_source_digest()}\0".encode())
     for code, rule in sorted(Rule.registry.items()):
-        if not rule.__module__.startswith(f"{__package__}.rules."):
+        if not is_builtin(rule):
             digest.update(f"{code}={rule.__module__}.{rule.__qualname__}\0".encode())
     return digest.hexdigest()
 

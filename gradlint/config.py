@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pathspec
 
+from gradlint.catalog import rule_infos
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -190,8 +192,6 @@ def _per_file_ignores(value: object, source: Path) -> tuple[tuple[str, tuple[str
 
 def validate_codes(config: Config, source: Path | None = None) -> None:
     """Raise ConfigError for a selector that matches no known code."""
-    from gradlint.catalog import rule_infos  # here: the catalog imports the rules' base, which imports this module
-
     known = [*rule_infos(), "GL000", "GL999"]
     selectors = [*config.select, *config.ignore, *(code for _, codes in config.per_file_ignores for code in codes)]
     for selector in selectors:

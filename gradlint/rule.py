@@ -193,7 +193,7 @@ class Rule:
     @classmethod
     def anchor(cls) -> str:
         """The rule's anchor in docs/rules.md: its heading as GitHub links it."""
-        return f"{cls.code}-{cls.name}".lower()
+        return rule_anchor(cls.code, cls.name)
 
     @classmethod
     def docs_url(cls) -> str | None:
@@ -215,6 +215,16 @@ class Rule:
             f"Example:\n\n```python\n{textwrap.dedent(cls.example).strip()}\n```\n\n"
             f"Use instead:\n\n```python\n{textwrap.dedent(cls.use_instead).strip()}\n```\n"
         )
+
+
+def rule_anchor(code: str, name: str) -> str:
+    """The anchor of a rule's section of docs/rules.md: its heading, as GitHub links it."""
+    return f"{code}-{name}".lower()
+
+
+def is_builtin(rule: type[Rule]) -> bool:
+    """Whether `rule` is one of gradlint's own rules, not registered by a plugin or a test."""
+    return rule.__module__.startswith(f"{__package__}.rules.")
 
 
 def docs_url(anchor: str) -> str | None:

@@ -95,7 +95,11 @@ def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
     positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
     if positional:
         return positional[0]
-    return next((_keyword(call, name) for name in FIRST_ARGUMENT_KEYWORDS if _keyword(call, name) is not None), None)
+    for name in FIRST_ARGUMENT_KEYWORDS:
+        value = _keyword(call, name)
+        if value is not None:
+            return value
+    return None
 
 
 def _is_true(node: cst.BaseExpression | None) -> bool:
@@ -207,8 +211,10 @@ class EventIndex:
         is_function = resolved.endswith("autograd.backward") or receiver is None
         if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver):
             return Kind.BACKWARD, _first_arg(call), False, retain
-        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale" and _first_arg(receiver) is not None:
-            return Kind.BACKWARD, _first_arg(receiver), True, retain
+        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale":
+            scaled = _first_arg(receiver)
+            if scaled is not None:
+                return Kind.BACKWARD, scaled, True, retain
         return Kind.BACKWARD, receiver, False, retain
 
     def _classify_method(
