@@ -50,11 +50,58 @@ def _source_digest() -> str:
     return digest.hexdigest()
 
 
+# {module: (path, digest)}: the summaries of other modules a file's findings were judged with.
+Uses = dict[str, tuple[str, str]]
+
+
+class SummaryStore:
+    """Module summaries (`gradlint.analysis.summaries`), keyed by the module file's content.
+
+    An entry holds the summary as JSON data and its digest, so that checking whether a
+    cached finding is still valid reads digests only: no parse, no LibCST.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory / "summaries"
+        self._salt = f"{fingerprint()}\0summary\0".encode()
+
+    def key(self, data: bytes) -> str:
+        """The entry name of the summary of a module file holding `data`."""
+        return hashlib.sha256(self._salt + data).hexdigest()
+
+    def get(self, key: str) -> tuple[str, Any] | None:
+        """(digest, summary data) stored under `key`, or None for a missing or unreadable entry."""
+        try:
+            entry = json.loads((self.directory / key[:2] / key[2:]).read_bytes())
+            return str(entry["digest"]), entry["summary"]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def digest(self, path: str) -> str | None:
+        """The digest of the stored summary of the file at `path` as it is now, if one is stored."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            return None
+        found = self.get(self.key(data))
+        return found[0] if found is not None else None
+
+    def put(self, key: str, digest: str, summary: Any) -> None:
+        """Store a summary's data atomically; a cache that cannot be written is skipped."""
+        entry = self.directory / key[:2] / key[2:]
+        _write_atomically(self.directory.parent, entry, {"digest": digest, "summary": summary})
+
+
 class ResultCache:
-    """Findings of earlier runs, stored under `directory` (one file per entry)."""
+    """Findings of earlier runs, stored under `directory` (one file per entry).
+
+    An entry also lists the summaries of other modules its findings used; it is reused
+    only while each of those modules still has a stored summary with the same digest.
+    """
 
     def __init__(self, directory: Path, config: Config) -> None:
         self.directory = directory
+        self.summaries = SummaryStore(directory)
         self._salt = f"{fingerprint()}\0{config!r}\0".encode()
 
     def key(self, path: str, data: bytes) -> str:
@@ -69,28 +116,39 @@ class ResultCache:
         return self.directory / key[:2] / key[2:]
 
     def get(self, key: str) -> list[Diagnostic] | None:
-        """The stored findings for `key`, or None when there is no usable entry."""
+        """The stored findings for `key`, or None when there is no usable entry.
+
+        An entry is unusable when a module its findings used has changed its summary,
+        or has changed and has no stored summary yet.
+        """
         try:
-            return [_decode(item) for item in json.loads(self._entry(key).read_bytes())]
+            entry = json.loads(self._entry(key).read_bytes())
+            uses = {module: (str(path), str(digest)) for module, (path, digest) in entry["uses"].items()}
+            found = [_decode(item) for item in entry["findings"]]
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None  # missing, half-written by a crashed older version, or corrupt: a miss
+        return found if all(self.summaries.digest(path) == digest for path, digest in uses.values()) else None
 
-    def put(self, key: str, diagnostics: list[Diagnostic]) -> None:
+    def put(self, key: str, diagnostics: list[Diagnostic], uses: Uses | None = None) -> None:
         """Store findings for `key` atomically; a cache that cannot be written is skipped."""
-        entry = self._entry(key)
+        entry = {"findings": [_encode(diagnostic) for diagnostic in diagnostics], "uses": uses or {}}
+        _write_atomically(self.directory, self._entry(key), entry)
+
+
+def _write_atomically(directory: Path, entry: Path, content: object) -> None:
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        _ignore_from_version_control(directory)
+        handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
         try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            _ignore_from_version_control(self.directory)
-            handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                    json.dump([_encode(diagnostic) for diagnostic in diagnostics], stream)
-                os.replace(temporary, entry)
-            except BaseException:
-                os.unlink(temporary)
-                raise
-        except OSError:
-            return  # a read-only or full disk makes the run slower, never wrong
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(content, stream)
+            os.replace(temporary, entry)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError:
+        return  # a read-only or full disk makes the run slower, never wrong
 
 
 def _ignore_from_version_control(directory: Path) -> None:

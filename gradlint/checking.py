@@ -6,9 +6,16 @@ are all cache hits, or that no enabled rule could fire on, never loads LibCST or
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 import libcst as cst
 
 from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.analysis.program import ModuleProgram, Program
+from gradlint.analysis.summaries import ModuleSummary, summarize
+from gradlint.cache import SummaryStore
+from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, tool_diagnostic
 
 ParserSyntaxError = cst.ParserSyntaxError  # what `parse` raises for code LibCST cannot read
@@ -19,11 +26,24 @@ def parse(text: str) -> cst.Module:
     return cst.parse_module(text)  # text, not bytes: LibCST would reject a cookie decode_source overrode
 
 
-def run_rules(module: cst.Module, rules: list[type[Rule]], path: str) -> list[Diagnostic]:
-    """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run."""
+def summarize_module(text: str) -> ModuleSummary | None:
+    """The summary of the module `text` holds, or None when it cannot be parsed or analysed."""
+    try:
+        return summarize(analyze(parse(text)))
+    except Exception:  # noqa: BLE001  (a module that cannot be summarized is unknown, as outside code is)
+        return None
+
+
+def run_rules(
+    module: cst.Module, rules: list[type[Rule]], path: str, program: ModuleProgram | None = None
+) -> list[Diagnostic]:
+    """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run.
+
+    With `program`, calls into the project's other modules are judged by their summaries.
+    """
     wanted = frozenset(name[len("visit_") :] for rule in rules for name in dir(rule) if name.startswith("visit_"))
     try:
-        analysis = analyze(module, wanted)
+        analysis = analyze(module, wanted, program)
     except RecursionError:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if not analysis.is_torch_code:
@@ -72,3 +92,26 @@ def _at(analysis: ModuleAnalysis, rule: Rule, path: str, reported: Reported) -> 
         fix=reported.fix,
         related=tuple(dict.fromkeys(related)),  # each place once, in the order given
     )
+
+
+def module_program(program: Program, path: str) -> ModuleProgram:
+    """The view of `program` from the module file `path`."""
+    return ModuleProgram(program, program.project.add_file(Path(path)))
+
+
+def new_program(project: Project, cache: Path | None, overlay: Mapping[Path, bytes] | None = None) -> Program:
+    """A whole-program model of `project` whose summaries are computed by parsing with LibCST."""
+    store = SummaryStore(cache) if cache is not None else None
+    return Program(project, _summarize_file, store=store, overlay=overlay)
+
+
+def _summarize_file(data: bytes, path: str) -> ModuleSummary | None:
+    from gradlint.engine import decode_source, unparsable
+
+    try:
+        text = decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+    if unparsable(data, text) is not None:
+        return None
+    return summarize_module(text)

@@ -11,14 +11,20 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradlint import notebook
-from gradlint.cache import ResultCache
+from gradlint.cache import ResultCache, Uses
 from gradlint.catalog import RuleInfo, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
+from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
+
+if TYPE_CHECKING:
+    from gradlint.analysis.program import Program
 
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
@@ -53,12 +59,34 @@ def enabled_rules(config: Config, path: str) -> list[RuleInfo]:
     return [rule for code, rule in rule_infos().items() if config.is_enabled(code, path)]
 
 
-def could_fire(rule: RuleInfo | type[Rule], data: bytes) -> bool:
-    """Whether `data` holds what `rule.requires` names: every token, or one of each group."""
+def could_fire(rule: RuleInfo | type[Rule], data: bytes | frozenset[bytes]) -> bool:
+    """Whether `data` holds what `rule.requires` names: every token, or one of each group.
+
+    `data` is a file's bytes, or the set of tokens found in a file and the project
+    modules it imports (`gradlint.project.Reach`).
+    """
     return all(
         clause in data if isinstance(clause, bytes) else any(token in data for token in clause)
         for clause in rule.requires
     )
+
+
+@cache
+def rule_tokens() -> frozenset[bytes]:
+    """Every token a built-in or registered rule's `requires` names."""
+    return frozenset(
+        token
+        for rule in rule_infos().values()
+        for clause in rule.requires
+        for token in ((clause,) if isinstance(clause, bytes) else clause)
+    )
+
+
+def _fires(rule: RuleInfo, data: bytes, path: str, project: Project | None) -> bool:
+    """The prefilter: whether `rule` could fire on the file, counting the project modules it imports."""
+    if could_fire(rule, data):
+        return True
+    return project is not None and could_fire(rule, project.reach(rule_tokens()).of(Path(path), data))
 
 
 def lint_source(
@@ -68,66 +96,114 @@ def lint_source(
     *,
     noqa: bool = True,
     prefilter: bool = True,
+    program: Program | None = None,
 ) -> list[Diagnostic]:
     """Lint one module's source; never raises for bad input (GL000) or a failing rule (GL999).
 
     With `noqa=False`, `# noqa` comments are left to the caller: flake8 applies its own.
     Rules whose `requires` tokens are absent are not run (`prefilter=False` runs them
-    anyway; the tests use it to prove the prefilter hides nothing).
+    anyway; the tests use it to prove the prefilter hides nothing). With `program` (see
+    `whole_program`), calls into the project's other modules are judged by their
+    summaries; without it, the module is judged alone.
     """
+    return _lint(source, path, config, noqa=noqa, prefilter=prefilter, program=program)[0]
+
+
+def _lint(
+    source: str | bytes, path: str, config: Config | None, *, noqa: bool, prefilter: bool, program: Program | None
+) -> tuple[list[Diagnostic], Uses]:
+    """`lint_source`, and the summaries of other modules its findings were judged with."""
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
     if _FILE_NOQA.search(data):
-        return []
-    rules = [rule for rule in enabled_rules(config, path) if not prefilter or could_fire(rule, data)]
+        return [], {}
+    project = program.project if program is not None else None
+    rules = [rule for rule in enabled_rules(config, path) if not prefilter or _fires(rule, data, path, project)]
     if not rules:
         # No enabled rule could fire on this file: skip the parse, but still report
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
+        return (_filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []), {}
     try:
         text = decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa)
-    problem = _unparsable(data, text)
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa), {}
+    problem = unparsable(data, text)
     if problem:
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa), {}
     from gradlint import checking  # here: LibCST and the rules load only when a file needs them
 
     try:
         module = checking.parse(text)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
-        return _filter([_parse_error(path, text, error)], text, config, noqa)
+        return _filter([_parse_error(path, text, error)], text, config, noqa), {}
+    view = checking.module_program(program, path) if program is not None else None
+    reads = program.record() if program is not None else set()
     try:
-        diagnostics = checking.run_rules(module, [rule.load() for rule in rules], path)
+        diagnostics = checking.run_rules(module, [rule.load() for rule in rules], path, view)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    return _filter(diagnostics, text, config, noqa)
+    finally:
+        if program is not None:
+            program.stop(reads)
+    uses = program.used(reads - {view.module}) if program is not None and view is not None else {}
+    return _filter(diagnostics, text, config, noqa), uses
 
 
-def lint_file(path: Path, config: Config | None = None) -> list[Diagnostic]:
-    """Lint one file on disk; a file that cannot be read yields GL000."""
+def whole_program(
+    paths: Iterable[Path], cache: Path | None = None, overlay: dict[Path, bytes] | None = None
+) -> Program:
+    """The whole-program model of the project the files `paths` belong to (see `gradlint.analysis.program`).
+
+    Summaries of other modules are read from disk on demand (`overlay`: unsaved contents
+    by path, for an editor) and, with `cache`, stored in the cache directory.
+    """
+    project = Project()
+    for path in paths:
+        project.add_file(path)
+    return _new_program(tuple(project.roots), cache, overlay)
+
+
+def _new_program(roots: tuple[Path, ...], cache: Path | None, overlay: dict[Path, bytes] | None = None) -> Program:
+    from gradlint import checking  # LibCST loads only when a file needs a parse
+
+    return checking.new_program(Project(roots), cache, overlay)
+
+
+def lint_file(path: Path, config: Config | None = None, program: Program | None = None) -> list[Diagnostic]:
+    """Lint one file on disk, with the modules of its project (or `program`); an unreadable file yields GL000."""
     try:
         data = path.read_bytes()
     except OSError as error:
         return [_unreadable(path, error)]
-    return lint_bytes(path, data, config)
+    return lint_bytes(path, data, config, program or whole_program([path]))
 
 
-def lint_bytes(path: Path, data: bytes, config: Config | None = None) -> list[Diagnostic]:
+def lint_bytes(
+    path: Path, data: bytes, config: Config | None = None, program: Program | None = None
+) -> list[Diagnostic]:
     """Lint the content `data` of the file `path`: a notebook or a module."""
+    return _lint_bytes(path, data, config, program)[0]
+
+
+def _lint_bytes(
+    path: Path, data: bytes, config: Config | None, program: Program | None
+) -> tuple[list[Diagnostic], Uses]:
     if path.suffix == notebook.SUFFIX:
-        return lint_notebook(data, str(path), config)
-    return lint_source(data, str(path), config)
+        return lint_notebook(data, str(path), config, program), {}
+    return _lint(data, str(path), config, noqa=True, prefilter=True, program=program)
 
 
-def lint_notebook(data: bytes, path: str, config: Config | None = None) -> list[Diagnostic]:
+def lint_notebook(
+    data: bytes, path: str, config: Config | None = None, program: Program | None = None
+) -> list[Diagnostic]:
     """Lint a Jupyter notebook's code cells as one module; findings carry their cell."""
     try:
         cells = notebook.read_notebook(data)
     except notebook.NotebookError as error:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot read notebook: {error}")]
-    return sorted(cells.locate(diagnostic) for diagnostic in lint_source(cells.source, path, config))
+    found = lint_source(cells.source, path, config, program=program)
+    return sorted(cells.locate(diagnostic) for diagnostic in found)
 
 
 def default_jobs() -> int:
@@ -179,10 +255,13 @@ def lint_targets(
 
     Files no enabled rule could fire on are settled here from their bytes, without a
     parse. The others are looked up in the result cache kept in the directory `cache`
-    (None: no cache), and the misses are linted by `jobs` worker processes (None: one
-    per core; 1: in this process). The order of the output never depends on `jobs`.
+    (None: no cache): an entry is reused while the file and the summaries of the other
+    modules its findings used are unchanged. The misses are linted by `jobs` worker
+    processes (None: one per core; 1: in this process), each with the whole-program
+    model of the project. The order of the output never depends on `jobs`.
     """
     store = ResultCache(cache, config) if cache is not None else None
+    project = Project()
     results: list[list[Diagnostic]] = []
     misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in targets.files:
@@ -194,7 +273,8 @@ def lint_targets(
         except OSError as error:
             results.append([_unreadable(item, error)])
             continue
-        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config):
+        project.add_file(item)
+        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, project):
             results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
             continue
         key = store.key(str(item), data) if store is not None else None
@@ -202,63 +282,89 @@ def lint_targets(
         results.append(cached or [])
         if cached is None:
             misses.append((len(results) - 1, item, data, key))
-    linted = _lint_in_pool([(path, data) for _, path, data, _ in misses], config, jobs or default_jobs())
-    for (index, _, _, key), found in zip(misses, linted, strict=True):
+    whole = Whole(tuple(project.roots), cache)
+    linted = _lint_in_pool([(path, data) for _, path, data, _ in misses], config, jobs or default_jobs(), whole)
+    for (index, _, _, key), (found, uses) in zip(misses, linted, strict=True):
         results[index] = found
         if store is not None and key is not None and all(d.code != INTERNAL_ERROR[0] for d in found):
-            store.put(key, found)  # an internal error is retried next run, not remembered
+            store.put(key, found, uses)  # an internal error is retried next run, not remembered
     return [diagnostic for found in results for diagnostic in found]
 
 
-def _needs_parse(data: bytes, path: str, config: Config) -> bool:
-    return not _FILE_NOQA.search(data) and any(could_fire(rule, data) for rule in enabled_rules(config, path))
+@dataclass(frozen=True)
+class Whole:
+    """What a worker process needs to build the whole-program model: the project's roots and the cache."""
+
+    roots: tuple[Path, ...]
+    cache: Path | None
 
 
-def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int) -> list[list[Diagnostic]]:
+_PROGRAMS: dict[Whole, Program] = {}
+
+
+def _program(whole: Whole) -> Program:
+    """The model for `whole`, one per process: summaries computed once serve every file it lints."""
+    if whole not in _PROGRAMS:
+        _PROGRAMS[whole] = _new_program(whole.roots, whole.cache)
+    return _PROGRAMS[whole]
+
+
+def _needs_parse(data: bytes, path: str, config: Config, project: Project) -> bool:
+    if _FILE_NOQA.search(data):
+        return False
+    return any(_fires(rule, data, path, project) for rule in enabled_rules(config, path))
+
+
+Linted = tuple[list[Diagnostic], Uses]
+
+
+def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int, whole: Whole) -> list[Linted]:
     """Lint `files` in `jobs` processes; results come back in the order of `files`."""
     workers = min(jobs, len(files))
     if workers <= 1:
-        return [_lint_guarded(path, data, config) for path, data in files]
+        return [_lint_guarded(path, data, config, whole) for path, data in files]
     # Biggest files first, so that no worker is left with a large file at the end.
     order = sorted(range(len(files)), key=lambda index: -len(files[index][1]))
     with ProcessPoolExecutor(workers) as pool:
-        futures = {index: pool.submit(_lint_guarded, *files[index], config) for index in order}
-        results: list[list[Diagnostic] | None] = [_result(futures[index]) for index in range(len(files))]
+        futures = {index: pool.submit(_lint_guarded, *files[index], config, whole) for index in order}
+        results: list[Linted | None] = [_result(futures[index]) for index in range(len(files))]
     # A worker that died (out of memory, a crash in the native parser) breaks the whole pool:
     # lint each file it took down alone, so that only the file that kills a worker says so.
-    return [found if found is not None else _lint_alone(*files[index], config) for index, found in enumerate(results)]
+    return [
+        found if found is not None else _lint_alone(*files[index], config, whole) for index, found in enumerate(results)
+    ]
 
 
-def _result(future: Future[list[Diagnostic]]) -> list[Diagnostic] | None:
+def _result(future: Future[Linted]) -> Linted | None:
     try:
         return future.result()
     except BrokenProcessPool:
         return None
 
 
-def _lint_guarded(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
-    """`lint_bytes`, with anything it raises despite its promise reported, not propagated."""
+def _lint_guarded(path: Path, data: bytes, config: Config, whole: Whole) -> Linted:
+    """`lint_bytes` with the whole program, with anything it raises despite its promise reported, not propagated."""
     try:
-        return lint_bytes(path, data, config)
+        return _lint_bytes(path, data, config, _program(whole))
     except Exception as error:  # noqa: BLE001  (one file must never stop the run)
         message = f"internal error, please report: {type(error).__name__}: {error}"
-        return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+        return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)], {}
 
 
-def _lint_alone(path: Path, data: bytes, config: Config) -> list[Diagnostic]:
+def _lint_alone(path: Path, data: bytes, config: Config, whole: Whole) -> Linted:
     with ProcessPoolExecutor(1) as pool:
-        found = _result(pool.submit(_lint_guarded, path, data, config))
+        found = _result(pool.submit(_lint_guarded, path, data, config, whole))
     if found is not None:
         return found
     message = "internal error: the process linting this file died (out of memory?), please report"
-    return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)]
+    return [tool_diagnostic(INTERNAL_ERROR, str(path), 1, 1, message)], {}
 
 
 def _unreadable(path: Path, error: OSError) -> Diagnostic:
     return tool_diagnostic(PARSE_ERROR, str(path), 1, 1, f"cannot read file: {error.strerror or error}")
 
 
-def _unparsable(data: bytes, text: str) -> str | None:
+def unparsable(data: bytes, text: str) -> str | None:
     """Why LibCST must not be given `data`, decoded as `text`.
 
     It needs about 1 GB of memory per MB of source, and its time and memory grow

@@ -459,10 +459,10 @@ def test_a_file_that_cannot_be_read_does_not_stop_the_files_after_it(
 def test_a_file_whose_linting_raises_is_one_gl999_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def explode(path: Path, data: bytes, config: Config | None = None) -> list[Diagnostic]:
+    def explode(path: Path, data: bytes, config: Config | None, program: object) -> list[Diagnostic]:
         raise ValueError("boom")
 
-    monkeypatch.setattr(gradlint.engine, "lint_bytes", explode)
+    monkeypatch.setattr(gradlint.engine, "_lint_bytes", explode)
     (tmp_path / "train.py").write_text(LEAK)
     [found] = lint_paths([tmp_path / "train.py"], jobs=1)
     assert (found.path, found.line, found.column, found.end_column) == (str(tmp_path / "train.py"), 1, 1, 1)

@@ -12,6 +12,7 @@ import pytest
 
 import gradlint.engine
 from gradlint import Config, Diagnostic
+from gradlint.cache import Uses
 from gradlint.engine import lint_paths, noqa_lines
 from gradlint.rule import Rule
 
@@ -73,13 +74,13 @@ def test_pool_hands_out_the_biggest_files_first(tmp_path: Path, monkeypatch: pyt
 def lint_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files the engine parses and lints in this process (run with jobs=1)."""
     calls: list[str] = []
-    real = gradlint.engine.lint_bytes
+    real = gradlint.engine._lint_bytes
 
-    def counting(path: Path, data: bytes, config: Config | None = None) -> list[Diagnostic]:
+    def counting(path: Path, data: bytes, config: Config | None, program: object) -> tuple[list[Diagnostic], Uses]:
         calls.append(path.name)
-        return real(path, data, config)
+        return real(path, data, config, program)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gradlint.engine, "lint_bytes", counting)
+    monkeypatch.setattr(gradlint.engine, "_lint_bytes", counting)
     return calls
 
 

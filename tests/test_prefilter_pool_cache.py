@@ -18,6 +18,7 @@ import pytest
 
 from gradlint import Config, lint_source
 from gradlint import engine as engine_module
+from gradlint.cache import Uses
 from gradlint.engine import could_fire, lint_paths
 from gradlint.rule import Diagnostic, Rule
 
@@ -72,13 +73,13 @@ def test_output_order_does_not_depend_on_jobs(project: Path) -> None:
 def lint_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files the engine parses and lints in this process (run with jobs=1)."""
     calls: list[str] = []
-    real = engine_module.lint_bytes
+    real = engine_module._lint_bytes
 
-    def counting(path: Path, data: bytes, config: Config | None = None) -> list[Diagnostic]:
+    def counting(path: Path, data: bytes, config: Config | None, program: object) -> tuple[list[Diagnostic], Uses]:
         calls.append(path.as_posix())
-        return real(path, data, config)
+        return real(path, data, config, program)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(engine_module, "lint_bytes", counting)
+    monkeypatch.setattr(engine_module, "_lint_bytes", counting)
     return calls
 
 
@@ -116,7 +117,7 @@ def test_cache_key_follows_content_config_and_rules(project: Path, lint_calls: l
 def test_corrupt_and_foreign_entries_are_misses(project: Path, lint_calls: list[str]) -> None:
     cache = project / ".gradlint_cache"
     cold = keys(lint_paths([Path(".")], TWO_RULES, jobs=1, cache=cache))
-    entries = sorted(cache.glob("*/*"))
+    entries = sorted(cache.glob("??/*"))
     assert len(entries) == 9
     garbage = [b"", b"{not json", b"\xff\xfe", json.dumps([{"path": 1}]).encode(), b"[1, 2]", b"null"]
     for entry, content in zip(entries, garbage * 2, strict=False):

@@ -21,6 +21,7 @@ from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
+from gradlint.analysis.program import ModuleProgram
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
@@ -34,12 +35,13 @@ __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "Tr
 class ModuleAnalysis:
     """Facts about one parsed module, computed once and shared by every rule."""
 
-    def __init__(self, module: cst.Module, collected: Collected) -> None:
+    def __init__(self, module: cst.Module, collected: Collected, program: ModuleProgram | None = None) -> None:
         self.module = module
         self.collected = collected
         self.imports = collected.imports
+        self.program = program
         self.roles = Roles(collected)
-        self.events = EventIndex(collected, self.roles)
+        self.events = EventIndex(collected, self.roles, program)
         self.values = GradValues(collected, self.roles, self.events)
         self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
 
@@ -139,7 +141,7 @@ class ModuleAnalysis:
             event
             for scope in scopes
             for event in self.events.scope_events(scope)
-            if event.kind is kind and event.node is event.site
+            if event.kind is kind and event.direct
         ]
 
     @cached_property
@@ -199,7 +201,7 @@ class ModuleAnalysis:
         """Names whose value reaches a backward inside `region`, through assignments."""
         names: set[str] = set()
         for event in self.events.region_events(region):
-            if event.kind is Kind.BACKWARD and event.value is not None and event.node is event.site:
+            if event.kind is Kind.BACKWARD and event.value is not None and event.direct:
                 names.update(names_in(event.value))
         assignments = [s for s in self.statements_in(region) if isinstance(s, cst.Assign)]
         changed = True
@@ -233,9 +235,14 @@ class ModuleAnalysis:
         return self.values.is_grad(expression, at)
 
 
-def analyze(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> ModuleAnalysis:
-    """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules."""
-    return ModuleAnalysis(module, collect(module, wanted_types))
+def analyze(
+    module: cst.Module, wanted_types: frozenset[str] = frozenset(), program: ModuleProgram | None = None
+) -> ModuleAnalysis:
+    """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules.
+
+    With `program`, calls into other modules of the project are judged by their summaries.
+    """
+    return ModuleAnalysis(module, collect(module, wanted_types), program)
 
 
 def _is_test_class(owner: cst.ClassDef) -> bool:

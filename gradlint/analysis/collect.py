@@ -177,6 +177,10 @@ class Collected:
         """The calls whose innermost function (or the module) is `scope`, in evaluation order."""
         return self._calls_by_scope.get(scope, [])
 
+    def enables_grad(self, scope: Scope) -> bool:
+        """Whether `scope` turns autograd back on itself (`with torch.enable_grad():`, `set_grad_enabled`)."""
+        return any(last_name(call.func) in ("enable_grad", "set_grad_enabled") for call in self.calls_in_scope(scope))
+
     def calls_in_loop(self, loop: Loop) -> list[cst.Call]:
         """The calls anywhere inside `loop`'s body, in evaluation order."""
         return self._calls_by_loop.get(loop, [])

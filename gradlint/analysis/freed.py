@@ -130,9 +130,7 @@ class FreedGraphs:
         # A method that backpropagates runs once per batch; so does Lightning's training_step.
         if method.name.value == LIGHTNING_STEP:
             return True
-        return any(
-            event.kind is Kind.BACKWARD and event.node is event.site for event in self.events.scope_events(method)
-        )
+        return any(event.kind is Kind.BACKWARD and event.direct for event in self.events.scope_events(method))
 
     def backward_value(self, call: cst.Call) -> tuple[Kind, cst.BaseExpression, bool] | None:
         """(kind, value, keeps_graph) for a direct backward or `autograd.grad` call, else None."""

@@ -141,7 +141,7 @@ class Lineages:
             for scope in scopes
             for event in self.events.scope_events(scope)
             if event.kind is Kind.BACKWARD
-            and event.node is event.site  # written here, not in a helper
+            and event.direct  # written here, not in a helper
             and event.value is not None
             and not event.no_grad
             and isinstance(event.node, cst.Call)

@@ -45,6 +45,10 @@ class ImportMap:
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
+        # `from .engine import step as run`: run -> (1, "engine.step"); for the whole-program model only.
+        self.relative: dict[str, tuple[int, str]] = {}
+        # `from pkg.utils import *` / `from . import *`: (level, module), in order.
+        self.stars: list[tuple[int, str]] = []
 
     def add(self, node: cst.Import | cst.ImportFrom) -> None:
         """Record the names one import statement binds."""
@@ -58,7 +62,18 @@ class ImportMap:
                     self.aliases.setdefault(full.split(".")[0], full.split(".")[0])
             return
         module = dotted_name(node.module) if node.module else ""
-        if node.relative or isinstance(node.names, cst.ImportStar) or not module:
+        level = len(node.relative)
+        if isinstance(node.names, cst.ImportStar):
+            self.stars.append((level, module or ""))
+            return
+        if level:
+            for alias in node.names:
+                local = alias.asname.name if alias.asname else alias.name
+                name = dotted_name(alias.name) or ""
+                if isinstance(local, cst.Name):
+                    self.relative[local.value] = (level, f"{module}.{name}" if module else name)
+            return
+        if not module:
             return
         for alias in node.names:
             name = dotted_name(alias.name) or ""

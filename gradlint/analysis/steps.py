@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Roles
+
+if TYPE_CHECKING:
+    from gradlint.analysis.program import ModuleProgram
+    from gradlint.analysis.summaries import FunctionSummary
 
 MAX_INLINE_DEPTH = 4
 JUMPS = (cst.Return, cst.Raise)
@@ -45,7 +50,9 @@ class Event:
 
     `node` is the call or statement itself; `site` is where it happens in the scope
     that was analysed (the helper call when the event comes from a helper). `value` is
-    the loss of a backward, or the optimizer a step/clear/unscale acts on.
+    the loss of a backward, or the optimizer a step/clear/unscale acts on. An event of a
+    function in another module of the project has the call as `node` and `site`, and
+    that function's name as `via`.
     """
 
     kind: Kind
@@ -57,6 +64,12 @@ class Event:
     value: cst.BaseExpression | None = None
     via_scaler: bool = False
     retain_graph: bool = False
+    via: str | None = None  # the project function (in another module) the event happens in
+
+    @property
+    def direct(self) -> bool:
+        """Whether the event is written where it happens, not reached through a call."""
+        return self.node is self.site and self.via is None
 
     @property
     def target(self) -> str | None:
@@ -109,9 +122,10 @@ def _is_true(node: cst.BaseExpression | None) -> bool:
 class EventIndex:
     """Classifies calls into events and gathers them per scope, loop and training step."""
 
-    def __init__(self, collected: Collected, roles: Roles) -> None:
+    def __init__(self, collected: Collected, roles: Roles, program: ModuleProgram | None = None) -> None:
         self.collected = collected
         self.roles = roles
+        self.program = program
         self.imports: ImportMap = collected.imports
         self.functions = collected.functions
         self._scope_items = self._group_by_scope()
@@ -151,19 +165,54 @@ class EventIndex:
 
     def resolve_instance_method(self, call: cst.Call) -> cst.FunctionDef | None:
         """The method of a same-module class that `obj.method(...)` runs, when `obj` is built from that class."""
+        name = self.instance_class(call)
+        owner = self.roles.classes.get(name or "")
+        if owner is None or name in self.roles.redefined or not isinstance(call.func, cst.Attribute):
+            return None
+        return self.method_of(owner, call.func.attr.value)
+
+    def instance_class(self, call: cst.Call) -> str | None:
+        """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class."""
         func = call.func
         if not isinstance(func, cst.Attribute):
             return None
         key = dotted_name(func.value)
         built = self.roles.values.get(key, []) if key is not None else []
-        classes = {last_name(value.func) if isinstance(value, cst.Call) else None for value in built}
+        classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
         if len(classes) != 1 or None in classes:
             return None  # `obj` holds instances of one class wherever it is bound
         (name,) = classes
-        owner = self.roles.classes.get(name or "")
-        if owner is None or name in self.roles.redefined:
+        return name
+
+    def method_of(
+        self, owner: cst.ClassDef, name: str, seen: frozenset[cst.ClassDef] = frozenset()
+    ) -> cst.FunctionDef | None:
+        """The method `name` of a class of this module, looked up through its bases of this module."""
+        found = self._methods.get((owner, name))
+        if found is not None or owner in seen:
+            return found
+        for base in owner.bases:
+            base_name = dotted_name(base.value)
+            base_class = self.roles.classes.get(base_name or "")
+            if base_class is not None and base_name not in self.roles.redefined:
+                found = self.method_of(base_class, name, seen | {owner})
+                if found is not None:
+                    return found
+        return None
+
+    def outside(self, call: cst.Call) -> FunctionSummary | None:
+        """The summary of the function in another module of the project that `call` runs, if known."""
+        if self.program is None or call not in self.collected.contexts:
             return None
-        return self._methods.get((owner, func.attr.value))
+        return self.program.returns(call, self.context(call), self)
+
+    def items_of(self, scope: Scope) -> list[cst.CSTNode]:
+        """The calls and simple statements written in `scope` itself, in evaluation order."""
+        return self._scope_items.get(scope, [])
+
+    def resolve_name(self, name: cst.Name, context: Context) -> cst.FunctionDef | None:
+        """The function of this module a bare name refers to at `context`."""
+        return self._resolve_callee(name, context)
 
     def _resolve_callee(self, func: cst.BaseExpression, context: Context) -> cst.FunctionDef | None:
         if isinstance(func, cst.Name):
@@ -175,7 +224,7 @@ class EventIndex:
             and func.value.value in ("self", "cls")
             and context.class_def is not None
         ):
-            return self._methods.get((context.class_def, func.attr.value))
+            return self.method_of(context.class_def, func.attr.value)
         return None
 
     def _nested_function(self, name: str, scope: Scope) -> cst.FunctionDef | None:
@@ -281,6 +330,10 @@ class EventIndex:
                 # A same-module `backward()`/`step()` wrapper counts through its body only.
                 self.called.add(helper)
                 return [*events, *self._inline(helper, item, context, depth)]
+            if self.program is not None:
+                outside = self.program.call_events(item, context, self)
+                if outside is not None:
+                    return [*events, *outside]
         classified = self.classify(item)
         if classified is not None:
             kind, value, via_scaler, retain = classified
@@ -291,7 +344,7 @@ class EventIndex:
 
     def _inline(self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int) -> list[Event]:
         off = _switched_off(helper, site) if isinstance(site, cst.Call) else {}
-        exits = self._exits_without(helper, off)
+        exits = self.exits_without(helper, off)
         return [
             Event(
                 event.kind,
@@ -305,10 +358,12 @@ class EventIndex:
                 event.retain_graph,
             )
             for event in self.scope_events(helper, depth + 1)
-            if not (off and self.context(event.node).scope is helper and self._needs_any(event, off, exits))
+            if not (
+                off and self.context(event.node).scope is helper and self.needs_any(event.node, event.ifs, off, exits)
+            )
         ]
 
-    def _exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool]) -> list[int]:
+    def exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool]) -> list[int]:
         """Where `helper` returns early for a switched-off parameter (`if opt is None: return`)."""
         if not off or not isinstance(helper.body, cst.IndentedBlock):
             return []
@@ -319,19 +374,21 @@ class EventIndex:
             last = statement.body.body[-1] if statement.body.body else None
             if isinstance(last, cst.SimpleStatementLine):
                 last = last.body[-1]
-            if _runs_when_off(statement.test, off) is True and isinstance(last, JUMPS):
+            if runs_when_off(statement.test, off) is True and isinstance(last, JUMPS):
                 exits.append(self.collected.order[last])
         return exits
 
-    def _needs_any(self, event: Event, off: Mapping[str, bool], exits: list[int]) -> bool:
-        """Whether `event` runs only when one of the switched-`off` parameters is given."""
-        if any(self.collected.order[event.node] > exit_order for exit_order in exits):
+    def needs_any(
+        self, node: cst.CSTNode, ifs: tuple[cst.CSTNode, ...], off: Mapping[str, bool], exits: list[int]
+    ) -> bool:
+        """Whether `node`, inside `ifs`, runs only when one of the switched-`off` parameters is given."""
+        if any(self.collected.order[node] > exit_order for exit_order in exits):
             return True
-        for branch in event.ifs:
+        for branch in ifs:
             if not isinstance(branch, cst.If):
                 continue
-            runs = _runs_when_off(branch.test, off)
-            if runs is not None and self.collected.in_body(branch, event.node) != runs:
+            runs = runs_when_off(branch.test, off)
+            if runs is not None and self.collected.in_body(branch, node) != runs:
                 return True
         return False
 
@@ -400,7 +457,7 @@ def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     return off
 
 
-def _runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | None:
+def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | None:
     """Whether the body of `if test` runs when the parameters `off` are switched off (None: not decided).
 
     `if p` and `if not p` are decided for None and False; `if p is None` and `if p is not None`

@@ -146,7 +146,7 @@ class TensorProofs:
         if scope not in self._receivers:
             found = []
             for event in self.events.scope_events(scope):
-                if event.kind is not Kind.BACKWARD or event.node is not event.site:
+                if event.kind is not Kind.BACKWARD or not event.direct:
                     continue
                 call = event.node
                 if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):

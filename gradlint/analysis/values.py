@@ -110,7 +110,7 @@ class GradValues:
         if scope not in self._backprop_keys:
             keys: set[str] = set()
             for event in self.events.scope_events(scope):
-                if event.kind is Kind.BACKWARD and event.node is event.site and event.value is not None:
+                if event.kind is Kind.BACKWARD and event.direct and event.value is not None:
                     keys.update(operand_names(event.value, self.roles.imports.aliases))
             self._backprop_keys[scope] = frozenset(keys)
         return self._backprop_keys[scope]
@@ -142,8 +142,9 @@ class GradValues:
         if not isinstance(node, cst.Call):
             return None
         helper = self.events.resolve_helper(node) if node in self.collected.contexts else None
-        if helper is not None:
-            returned = self.returned_elements(helper)
+        outside = self.events.outside(node) if helper is None else None
+        if helper is not None or outside is not None:
+            returned = self.returned_elements(helper) if helper is not None else outside.elements if outside else None
             if returned is None or len(returned) != count:
                 return None
             args_grad = any(self.evaluate(arg.value, env, scope) for arg in node.args)
@@ -199,6 +200,9 @@ class GradValues:
         if helper is not None:
             always, if_args = self.returns_grad(helper)
             return always or (if_args and args_grad)
+        outside = self.events.outside(call)
+        if outside is not None:
+            return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
         qualified = self.roles.imports.resolve(func) or ""
         name = last_name(func) or ""
         if qualified.endswith("autograd.grad"):

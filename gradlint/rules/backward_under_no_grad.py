@@ -6,7 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.collect import Scope
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name
 from gradlint.analysis.origins import OUTSIDE
 from gradlint.rule import Rule
 
@@ -93,6 +93,11 @@ class BackwardUnderNoGrad(Rule):
         # Ex) with torch.no_grad(): train_step(batch)  -- the loss is computed inside the helper
         analysis = self.analysis
         site, backward = event.site, event.node
+        if event.kind is Kind.BACKWARD and event.via is not None and event.no_grad and event.value is None:
+            # Ex) with torch.no_grad(): engine.train_step(model, batch)  -- a helper of another module
+            message = WRAPPED_STEP.format(step=analysis.code(site))
+            self.report(site, message + f" (it backpropagates in `{event.via}`)")
+            return
         if event.kind is not Kind.BACKWARD or site is backward or event.value is None:
             return
         if not isinstance(backward, cst.Call):
@@ -128,8 +133,4 @@ class BackwardUnderNoGrad(Rule):
 
     def _reenables_grad(self, scope: Scope) -> bool:
         """Whether the helper turns autograd back on itself (`with torch.enable_grad():`)."""
-        analysis = self.analysis
-        return any(
-            last_name(call.func) in ("enable_grad", "set_grad_enabled") and analysis.context(call).scope is scope
-            for call in analysis.collected.calls
-        )
+        return self.analysis.collected.enables_grad(scope)

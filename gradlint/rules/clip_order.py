@@ -156,7 +156,7 @@ class ClipOrder(Rule):
     def _unscale_first(self, step: TrainingStep, clip: Event) -> Fix | None:
         """Insert `scaler.unscale_(optimizer)` before the clip when one optimizer is stepped by the scaler."""
         # Another unscale_ in the step would then run twice, which raises: no certain fix.
-        if clip.node is not clip.site or any(event.kind is Kind.UNSCALE for event in step.events):
+        if not clip.direct or any(event.kind is Kind.UNSCALE for event in step.events):
             return None
         scaled = {event.site: event for event in step.events if event.kind is Kind.STEP and event.via_scaler}
         if len(scaled) != 1:

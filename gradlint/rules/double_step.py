@@ -83,8 +83,8 @@ class DoubleStep(Rule):
         """Delete the direct step when the scaler's step runs whenever it does."""
         analysis = self.analysis
         if (
-            direct.node is not direct.site
-            or scaled.node is not scaled.site
+            not direct.direct
+            or not scaled.direct
             or not isinstance(direct.node, cst.Call)
             or not set(scaled.ifs) <= set(direct.ifs)
         ):

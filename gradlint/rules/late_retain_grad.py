@@ -78,7 +78,7 @@ class LateRetainGrad(Rule):
     def _reaches_same_tensor(self, later: Event, key: str, call: cst.Call) -> bool:
         """Whether a later backward may run through the tensor `key` holds at `call`."""
         origins, statement_of = self.analysis.origins, self.analysis.statement_of
-        if not isinstance(later.node, cst.Call) or later.node is not later.site or later.value is None:
+        if not isinstance(later.node, cst.Call) or not later.direct or later.value is None:
             return True  # a backward inside a helper: its loss cannot be traced here
         at = statement_of(later.node)
         same_value = bool(origins.definitions(key, statement_of(call)) & origins.definitions(key, at))

@@ -148,10 +148,10 @@ class MissingZeroGrad(Rule):
             return False
         scope = analysis.context(event.node).scope
         loops = analysis.context(event.node).loops
-        if loops and event.node is not event.site:
+        if loops and not event.direct:
             return False
-        direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.node is other.site]
-        if event.node is event.site and len(direct) != 1:
+        direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.direct]
+        if event.direct and len(direct) != 1:
             return False
         at = analysis.statement_of(event.node)
         definitions = analysis.origins.definitions(key, at)
@@ -203,7 +203,7 @@ class MissingZeroGrad(Rule):
         """Insert `optimizer.zero_grad()` before the backward: unsafe, as accumulating may be intended."""
         cleared = {clear.target for clear in step.of_kind(Kind.CLEAR)}
         stepped = {event.target: event for event in step.of_kind(Kind.STEP) if event.target not in cleared}
-        if len(stepped) != 1 or backward.node is not backward.site or not isinstance(backward.site, cst.Call):
+        if len(stepped) != 1 or not backward.direct or not isinstance(backward.site, cst.Call):
             return None
         [event] = stepped.values()
         analysis = self.analysis
@@ -218,7 +218,7 @@ class MissingZeroGrad(Rule):
 
     def _clears_one_optimizer(self, clear: Event) -> bool:
         # A clear inside a helper names the helper's own variables: assume it covers all.
-        inlined = clear.node is not clear.site
+        inlined = not clear.direct
         return not inlined and clear.value is not None and self.analysis.roles.is_optimizer(clear.value)
 
     def _between_backward_and_step(self, step: TrainingStep, clear: Event) -> bool:

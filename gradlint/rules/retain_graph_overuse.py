@@ -255,7 +255,7 @@ class RetainGraphOveruse(Rule):
     def _nothing_between(self, events: tuple[Event, ...], first: int, second: int) -> bool:
         """Whether two backward calls are side by side: no step, clear, or gradient read between them."""
         start, end = events[first], events[second]
-        if start.node is not start.site or end.node is not end.site or (start.loops, start.ifs) != (end.loops, end.ifs):
+        if not start.direct or not end.direct or (start.loops, start.ifs) != (end.loops, end.ifs):
             return False
         if any(event.kind in INTERVENING for event in events[first + 1 : second]):
             return False

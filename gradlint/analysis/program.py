@@ -1,0 +1,488 @@
+"""The whole program: the linted project's modules, their summaries, and calls resolved across them.
+
+Shaped after Pysa's models and mypy's incremental mode (see shared/STYLE.md §9):
+
+- A `Project` (`gradlint.project`) finds modules on disk from the linted files: the directory above a file's
+  top package, the file's own directory (a script imports its siblings), and `src/`
+  layouts. It resolves absolute and relative imports, `__init__` re-exports and
+  `from x import *` to the module that defines a name. Nothing outside the project
+  (site-packages) is read: such calls keep the per-module assumptions.
+- A module's `ModuleSummary` is computed from its own code (`summaries.summarize`),
+  on demand, once per process, and cached on disk by content hash.
+- `Program.effects` applies callee summaries at call sites, binding arguments to ports,
+  to a fixed point over recursive calls (no depth limit: the effects of a function are
+  drawn from a finite set, so iteration stops).
+- Every summary a judgement reads is recorded (`Program.used`), so that a cached result
+  is reused only while those summaries are unchanged.
+
+Reading a file is all this does: no linted code is imported or run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+import libcst as cst
+
+from gradlint.analysis.collect import Context
+from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, Ref, call_ref
+from gradlint.analysis.steps import Event, EventIndex, Kind
+from gradlint.analysis.summaries import CALL, Effect, FunctionSummary, ModuleSummary, from_data, to_data
+from gradlint.cache import SummaryStore
+from gradlint.project import Project
+
+V = TypeVar("V")
+# How many re-export hops (`from .core import train` in an `__init__`) a name is followed through.
+MAX_REEXPORTS = 8
+# A recursive group whose effects still change after this many rounds keeps its last round.
+MAX_ROUNDS = 12
+
+
+@dataclass(frozen=True)
+class Callee:
+    """A function of the project a call runs, with its transitively resolved effects."""
+
+    module: str
+    qualname: str
+    summary: FunctionSummary
+    effects: tuple[Effect, ...]
+
+    @property
+    def origin(self) -> str:
+        """`module.qualname`, how messages name the callee."""
+        return f"{self.module}.{self.qualname}"
+
+
+Summarize = Callable[[bytes, str], "ModuleSummary | None"]
+
+
+class Program:
+    """Summaries of the project's modules and the effects of calls between them.
+
+    `summarize(data, path)` turns a module's bytes into its summary (None: it cannot be
+    read); the engine passes one that parses with LibCST. `overlay` holds unsaved
+    editor buffers by path, read in place of the files.
+    """
+
+    def __init__(
+        self,
+        project: Project,
+        summarize: Summarize,
+        *,
+        store: SummaryStore | None = None,
+        overlay: Mapping[Path, bytes] | None = None,
+    ) -> None:
+        self.project = project
+        self._summarize = summarize
+        self.store = store
+        self.overlay = {path.resolve(): data for path, data in (overlay or {}).items()}
+        self._summaries: dict[str, ModuleSummary | None] = {}
+        self._effects: dict[tuple[str, str], tuple[Effect, ...]] = {}
+        self._approximate: dict[tuple[str, str], tuple[Effect, ...]] = {}
+        self._active: list[tuple[str, str]] = []
+        self._read_active: set[tuple[str, str]] = set()
+        self._digests: dict[str, str] = {}
+        self._effect_reads: dict[tuple[str, str], frozenset[str]] = {}
+        self._recording: list[set[str]] = []
+
+    def known(self, module: str, summary: ModuleSummary) -> None:
+        """Use `summary` for `module` (computed by the caller, which analysed the module anyway)."""
+        self._summaries.setdefault(module, summary)
+
+    def summary(self, module: str) -> ModuleSummary | None:
+        """The summary of a project module, or None when it is not in the project or cannot be read."""
+        if module not in self._summaries:
+            self._summaries[module] = self._load(module)
+        for reads in self._recording:
+            reads.add(module)
+        return self._summaries[module]
+
+    def record(self) -> set[str]:
+        """Start recording the modules whose summaries are read; stop with `stop`. Returns the set filled."""
+        reads: set[str] = set()
+        self._recording.append(reads)
+        return reads
+
+    def stop(self, reads: set[str]) -> None:
+        """Stop the recording `record` started."""
+        self._recording.remove(reads)
+
+    def used(self, modules: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """{module: (path, summary digest)} for the modules of the project among `modules`.
+
+        A module read but not found in the project is left out.
+        """
+        found = {}
+        for module in sorted(modules):
+            summary = self._summaries.get(module)
+            path = self.project.locate(module)
+            if summary is not None and path is not None:
+                if module not in self._digests:
+                    self._digests[module] = summary.digest()
+                found[module] = (str(path), self._digests[module])
+        return found
+
+    def _load(self, module: str) -> ModuleSummary | None:
+        path = self.project.locate(module)
+        if path is None:
+            return None
+        data = self.overlay.get(path.resolve())
+        if data is None:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return None
+        return self.summarize(data, str(path))
+
+    def summarize(self, data: bytes, path: str) -> ModuleSummary | None:
+        """The summary of the module file `path` holding `data`: from the store, or computed and stored."""
+        if self.store is None:
+            return self._summarize(data, path)
+        key = self.store.key(data)
+        cached = self.store.get(key)
+        if cached is not None:
+            try:
+                return from_data(cached[1])
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass  # written by another version of the format: computed again
+        summary = self._summarize(data, path)
+        if summary is not None:
+            self.store.put(key, summary.digest(), to_data(summary))
+        return summary
+
+    # Resolution of references.
+
+    def resolve(self, ref: Ref, module: str) -> tuple[str, str] | None:
+        """(module, qualname) of the project function `ref`, made in `module`, names."""
+        if ref.kind == "local":
+            return module, ref.name
+        if ref.kind in ("class", "super"):
+            found = self._method(module, ref.name, ref.method, skip_own=ref.kind == "super", seen=set())
+            return found
+        dotted = self._absolute(ref, module)
+        if dotted is None:
+            return None
+        if ref.kind == "star":
+            return self._star(module, ref.name, set())
+        target = self._definition(dotted, 0)
+        if target is None:
+            return None
+        owner, name = target
+        if ref.method:
+            return self._method(owner, name, ref.method, skip_own=False, seen=set())
+        summary = self.summary(owner)
+        if summary is not None and name in summary.classes:
+            return self._method(owner, name, "__init__", skip_own=False, seen=set())
+        return target
+
+    def _absolute(self, ref: Ref, module: str) -> str | None:
+        if ref.kind in ("absolute", "star"):
+            return ref.name
+        package = module.split(".")
+        path = self.project.locate(module)
+        if path is None or path.name != "__init__.py":
+            package = package[:-1]
+        if ref.level - 1 > len(package):
+            return None
+        base = package[: len(package) - (ref.level - 1)]
+        return ".".join([*base, ref.name]) if ref.name else ".".join(base)
+
+    def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
+        """(module, qualname) where `dotted` is defined, following re-exports."""
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module, rest = ".".join(parts[:cut]), parts[cut:]
+            summary = self.summary(module)
+            if summary is None:
+                continue
+            head = rest[0]
+            if head in summary.functions or head in summary.classes:
+                return module, ".".join(rest)
+            if hops < MAX_REEXPORTS:
+                if head in summary.names:
+                    target = self._absolute(summary.names[head], module)
+                    if target is not None:
+                        return self._definition(".".join([target, *rest[1:]]), hops + 1)
+                for star in summary.stars:
+                    base = self._absolute(star, module)
+                    if base is not None:
+                        found = self._definition(".".join([base, *rest]), hops + 1)
+                        if found is not None:
+                            return found
+            return None
+        return None
+
+    def _star(self, module: str, name: str, seen: set[str]) -> tuple[str, str] | None:
+        summary = self.summary(module)
+        if summary is None or module in seen:
+            return None
+        seen.add(module)
+        for star in summary.stars:
+            base = self._absolute(star, module)
+            if base is not None:
+                found = self._definition(f"{base}.{name}", 0)
+                if found is not None:
+                    return found
+        return None
+
+    def _method(self, module: str, cls: str, method: str, *, skip_own: bool, seen: set[str]) -> tuple[str, str] | None:
+        """Where `method` of class `cls` (of `module`) is defined, through the project's base classes."""
+        summary = self.summary(module)
+        if summary is None or f"{module}.{cls}" in seen or cls not in summary.classes:
+            return None
+        seen.add(f"{module}.{cls}")
+        info = summary.classes[cls]
+        if not skip_own and method in info.methods:
+            return module, f"{cls}.{method}"
+        for base in info.bases:
+            if base.kind == "class":
+                found = self._method(module, base.name, method, skip_own=False, seen=seen)
+            else:
+                dotted = self._absolute(base, module)
+                target = self._definition(dotted, 0) if dotted is not None else None
+                found = (
+                    self._method(target[0], target[1], method, skip_own=False, seen=seen)
+                    if target is not None
+                    else None
+                )
+            if found is not None:
+                return found
+        return None
+
+    def function(self, module: str, qualname: str) -> FunctionSummary | None:
+        """The summary of one function of the project."""
+        summary = self.summary(module)
+        return summary.functions.get(qualname) if summary is not None else None
+
+    def callee(self, ref: Ref, module: str) -> Callee | None:
+        """The project function `ref` names from `module`, with its resolved effects."""
+        target = self.resolve(ref, module)
+        if target is None:
+            return None
+        function = self.function(*target)
+        if function is None:
+            return None
+        return Callee(target[0], target[1], function, self.effects(*target))
+
+    # Effects, to a fixed point.
+
+    def effects(self, module: str, qualname: str) -> tuple[Effect, ...]:
+        """Everything the function does, calls to project functions applied, in order."""
+        key = (module, qualname)
+        if key in self._effects:
+            for reads in self._recording:
+                reads.update(self._effect_reads[key])
+            return self._effects[key]
+        if key in self._active:
+            self._read_active.add(key)
+            return self._approximate.get(key, ())
+        self._active.append(key)
+        reads = self.record()
+        for _ in range(MAX_ROUNDS):
+            self._read_active.discard(key)
+            result = self._expand(module, qualname)
+            stable = result == self._approximate.get(key)
+            self._approximate[key] = result
+            if key not in self._read_active or stable:
+                break
+        self._active.pop()
+        self.stop(reads)
+        if not (self._read_active & set(self._active)):
+            self._effects[key] = result  # final: no caller still being computed was read as an approximation
+            self._effect_reads[key] = frozenset(reads)
+            self._approximate.pop(key, None)
+        for outer in self._recording:
+            outer.update(reads)
+        return result
+
+    def _expand(self, module: str, qualname: str) -> tuple[Effect, ...]:
+        function = self.function(module, qualname)
+        if function is None:
+            return ()
+        origin = f"{module}.{qualname}"
+        found: list[Effect] = []
+        for effect in function.effects:
+            if effect.kind != CALL:
+                found.append(replace(effect, origin=effect.origin or origin))
+                continue
+            assert effect.callee is not None
+            target = self.resolve(effect.callee, module)
+            callee = self.function(*target) if target is not None else None
+            if target is None or callee is None:
+                continue
+            bound_self = "self" in dict(effect.args)
+            positional = [bound for name, bound in effect.args if name.isdigit()]
+            keywords = {name: bound for name, bound in effect.args if not name.isdigit() and name != "self"}
+            receiver = dict(effect.args).get("self")
+            binding = bind(callee, positional, keywords, receiver if bound_self else None)
+            off = switched_off(callee, binding, _port_off, effect.star)
+            for inner in self.effects(*target):
+                if dropped(inner, off):
+                    continue
+                found.append(
+                    replace(
+                        inner,
+                        port=_substitute(inner.port, binding),
+                        repeated=inner.repeated or effect.repeated,
+                        no_grad=inner.no_grad or effect.no_grad,
+                        needs=tuple(sorted({*effect.needs, *_lifted(inner.needs, binding)})),
+                        needs_true=tuple(sorted({*effect.needs_true, *_lifted(inner.needs_true, binding)})),
+                    )
+                )
+        return tuple(dict.fromkeys(found))
+
+
+def bind(
+    callee: FunctionSummary, positional: Sequence[V], keywords: Mapping[str, V], receiver: V | None
+) -> dict[str, V]:
+    """The callee's parameters mapped to the values a call gives them (missing: not given)."""
+    params = list(callee.params)
+    bound: dict[str, V] = {}
+    if receiver is not None and callee.method and params:
+        bound[params.pop(0)] = receiver
+    for name, value in zip(params, positional, strict=False):
+        bound[name] = value
+    for name, value in keywords.items():
+        if name in callee.params or name in callee.keyword_only:
+            bound[name] = value
+    return bound
+
+
+def switched_off(
+    callee: FunctionSummary, binding: Mapping[str, V], off_value: Callable[[V], bool | None], star: bool
+) -> dict[str, bool]:
+    """Parameters that are None (True) or False (False) at a call: omitted with such a default, or given so."""
+    if star:
+        return {}
+    off = {}
+    for name, none in callee.defaults_off:
+        if name not in binding:
+            off[name] = none
+    for name, value in binding.items():
+        literal = off_value(value)
+        if literal is not None:
+            off[name] = literal
+    return off
+
+
+def dropped(effect: Effect, off: Mapping[str, bool]) -> bool:
+    """Whether a switched-off parameter keeps `effect` from running."""
+    return any(off.get(name) is True for name in effect.needs) or any(
+        off.get(name) is False for name in effect.needs_true
+    )
+
+
+def _port_off(port: str | None) -> bool | None:
+    return True if port == OFF_NONE else False if port == OFF_FALSE else None
+
+
+def _substitute(port: str | None, binding: Mapping[str, str | None]) -> str | None:
+    """The caller's port for the callee's `port` (`opt.inner` with opt bound to `self.opt`)."""
+    if port is None:
+        return None
+    head, _, rest = port.partition(".")
+    base = binding.get(head)
+    if base is None or base.startswith("="):
+        return None
+    result = f"{base}.{rest}" if rest else base
+    return result if result.count(".") < MAX_PORT_PARTS else None
+
+
+def _lifted(needs: tuple[str, ...], binding: Mapping[str, str | None]) -> set[str]:
+    """The caller's parameters that a callee's `needs` pass through unchanged."""
+    return {
+        bound for name in needs if (bound := binding.get(name)) is not None and "." not in bound and "=" not in bound
+    }
+
+
+class ModuleProgram:
+    """The whole program as seen from one module being judged: its calls into other modules."""
+
+    def __init__(self, program: Program, module: str) -> None:
+        self.program = program
+        self.module = module
+        self._callees: dict[cst.Call, Callee | None] = {}
+
+    def callee_of(self, call: cst.Call, context: Context, events: EventIndex) -> Callee | None:
+        """The project function in another module (or a base class there) that `call` runs."""
+        if call not in self._callees:
+            ref = call_ref(call.func, context, events.imports, events.instance_class(call))
+            callee = self.program.callee(ref, self.module) if ref is not None else None
+            self._callees[call] = (
+                callee if (callee is not None and callee.module != self.module) or _via_base(ref) else None
+            )
+        return self._callees[call]
+
+    def call_events(self, call: cst.Call, context: Context, events: EventIndex) -> list[Event] | None:
+        """The gradient events `call` runs in another module, bound to this call's arguments."""
+        callee = self.callee_of(call, context, events)
+        if callee is None:
+            return None
+        binding = self.binding(call, callee)
+        off = switched_off(callee.summary, binding, _literal_off, any(arg.star for arg in call.args))
+        found = []
+        for effect in callee.effects:
+            if effect.kind not in KINDS or dropped(effect, off):
+                continue
+            value = _value(effect.port, binding)
+            if effect.unsure and (value is None or not events.roles.is_optimizer(value)):
+                continue  # Ex) a helper's `sched.step()`, given a scheduler here
+            found.append(
+                Event(
+                    Kind(effect.kind),
+                    call,
+                    call,
+                    context.loops,
+                    context.ifs,
+                    (context.no_grad and not effect.enables_grad) or effect.no_grad,
+                    value,
+                    effect.via_scaler,
+                    effect.retain_graph,
+                    via=callee.origin,
+                )
+            )
+        return found
+
+    def binding(self, call: cst.Call, callee: Callee) -> dict[str, cst.BaseExpression]:
+        """The callee's parameters mapped to the expressions `call` passes them."""
+        func = call.func
+        receiver: cst.BaseExpression | None = None
+        if isinstance(func, cst.Attribute) and callee.summary.method:
+            receiver = cst.Name("self") if isinstance(func.value, cst.Call) else func.value  # super().m()
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        return bind(callee.summary, positional, keywords, receiver)
+
+    def returns(self, call: cst.Call, context: Context, events: EventIndex) -> FunctionSummary | None:
+        """The summary of the project function in another module that `call` runs, for its return value."""
+        callee = self.callee_of(call, context, events)
+        return callee.summary if callee is not None else None
+
+
+KINDS = frozenset(kind.value for kind in Kind)
+
+
+def _via_base(ref: Ref | None) -> bool:
+    return ref is not None and ref.kind in ("class", "super")
+
+
+def _literal_off(value: cst.BaseExpression) -> bool | None:
+    if isinstance(value, cst.Name) and value.value in ("None", "False"):
+        return value.value == "None"
+    return None
+
+
+def _value(port: str | None, binding: Mapping[str, cst.BaseExpression]) -> cst.BaseExpression | None:
+    """The caller's expression for a callee's port: an argument, or an attribute path built on one."""
+    if port is None:
+        return None
+    head, *rest = port.split(".")
+    value = binding.get(head)
+    if value is None:
+        return None
+    for name in rest:
+        value = cst.Attribute(value=value, attr=cst.Name(name))
+    return value

@@ -1,0 +1,320 @@
+"""Function summaries: what each function of a module does to gradient state, as plain data.
+
+A summary is written in terms of *ports*, the paths through which a caller reaches the
+values a function acts on: a parameter (`opt`), an attribute of one (`trainer.opt`) or
+of `self` (`self.optimizer`). A call site applies the callee's summary by binding its
+arguments to those ports (`gradlint.analysis.program`). Summaries are local: a call to
+another module stays a `call` effect holding a `Ref`, resolved by the program. They are
+frozen, serializable and cached by the content hash of their module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from gradlint.analysis.collect import Scope
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.refs import Ref, all_params, call_ref, name_ref, port, positional_params
+from gradlint.analysis.roles import Role
+from gradlint.analysis.steps import Kind, runs_when_off
+
+# The effects a summary records besides the gradient events of `steps.Kind`.
+CALL = "call"
+TRAIN = "train"
+EVAL = "eval"
+BUILDS_OPTIMIZER = "optimizer"
+MAX_NESTED_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One thing a function does, in order.
+
+    `kind` is a `Kind` value, or CALL / TRAIN / EVAL / BUILDS_OPTIMIZER. `port` is the
+    value acted on (None: a local value, or nothing). `repeated`: inside a loop of the
+    function. `needs`: parameters that switch the effect off when None (`if opt is not
+    None: opt.step()`); `needs_true`: those that switch it off when False. A CALL holds
+    its `callee` and `args`: (callee parameter, caller port) pairs, by position ("0",
+    "1", ...), by keyword, or "self" for the receiver of a method call; `star` when
+    `*args`/`**kwargs` pass more. `origin` says where the effect is written (`module.qualname`).
+    `unsure`: a `.step()` on a parameter whose role the function cannot know (an optimizer
+    or a scheduler): the caller decides from the argument it passes. `enables_grad`: the
+    function turns autograd back on (`with torch.enable_grad():`), whatever its caller does.
+    """
+
+    kind: str
+    port: str | None = None
+    repeated: bool = False
+    no_grad: bool = False
+    retain_graph: bool = False
+    via_scaler: bool = False
+    needs: tuple[str, ...] = ()
+    needs_true: tuple[str, ...] = ()
+    callee: Ref | None = None
+    args: tuple[tuple[str, str | None], ...] = ()
+    star: bool = False
+    origin: str = ""
+    unsure: bool = False
+    enables_grad: bool = False
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    """What one function or method does: its parameters, effects and what it returns."""
+
+    params: tuple[str, ...]  # filled by position, `self` included
+    keyword_only: tuple[str, ...] = ()
+    defaults_off: tuple[tuple[str, bool], ...] = ()  # parameter -> whether its default is None (else False)
+    effects: tuple[Effect, ...] = ()
+    returns_grad: bool = False  # always returns a graph-carrying value
+    returns_grad_if_args: bool = False  # returns one when an argument carries a graph
+    elements: tuple[tuple[bool, bool], ...] | None = None  # per element of a returned tuple
+    method: bool = False
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """A class: its bases (as refs) and method names."""
+
+    bases: tuple[Ref, ...] = ()
+    methods: tuple[str, ...] = ()
+    model: bool = False
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    """Every addressable function (`f`, `Class.method`) and class of a module, and the names it imports."""
+
+    functions: dict[str, FunctionSummary] = field(default_factory=dict)
+    classes: dict[str, ClassSummary] = field(default_factory=dict)
+    names: dict[str, Ref] = field(default_factory=dict)  # imported names, which another module may re-export
+    stars: tuple[Ref, ...] = ()
+    torch_code: bool = True
+
+    def digest(self) -> str:
+        """A hash of the summary's content: what a cached finding that used it is keyed on."""
+        return hashlib.sha256(json.dumps(to_data(self), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def to_data(summary: ModuleSummary) -> dict[str, Any]:
+    """The summary as JSON-ready data."""
+    return asdict(summary)
+
+
+def from_data(data: dict[str, Any]) -> ModuleSummary:
+    """The summary `to_data` wrote; raises KeyError or TypeError for anything else."""
+
+    def ref(item: dict[str, Any]) -> Ref:
+        return Ref(**item)
+
+    def effect(item: dict[str, Any]) -> Effect:
+        callee = item.pop("callee")
+        return Effect(
+            **{key: tuple(value) if isinstance(value, list) else value for key, value in item.items() if key != "args"}
+            | {"args": tuple((name, bound) for name, bound in item["args"])},
+            callee=ref(callee) if callee is not None else None,
+        )
+
+    functions = {
+        name: FunctionSummary(
+            params=tuple(item["params"]),
+            keyword_only=tuple(item["keyword_only"]),
+            defaults_off=tuple((name, off) for name, off in item["defaults_off"]),
+            effects=tuple(effect(dict(e)) for e in item["effects"]),
+            returns_grad=item["returns_grad"],
+            returns_grad_if_args=item["returns_grad_if_args"],
+            elements=tuple((a, b) for a, b in item["elements"]) if item["elements"] is not None else None,
+            method=item["method"],
+        )
+        for name, item in data["functions"].items()
+    }
+    classes = {
+        name: ClassSummary(tuple(ref(b) for b in item["bases"]), tuple(item["methods"]), item["model"])
+        for name, item in data["classes"].items()
+    }
+    names = {name: ref(item) for name, item in data["names"].items()}
+    return ModuleSummary(functions, classes, names, tuple(ref(item) for item in data["stars"]), data["torch_code"])
+
+
+def summarize(analysis: Any) -> ModuleSummary:
+    """The summary of the module `analysis` (a `ModuleAnalysis`) describes, from its own code alone."""
+    return _Summarizer(analysis).summary()
+
+
+class _Summarizer:
+    def __init__(self, analysis: Any) -> None:
+        self._exits: dict[tuple[str, bool], list[int]] = {}
+        self.analysis = analysis
+        self.collected = analysis.collected
+        self.events = analysis.events
+        self.imports = analysis.imports
+
+    def summary(self) -> ModuleSummary:
+        functions = {}
+        for function in self.collected.functions:
+            name = qualname(self.collected, function)
+            if name is not None:
+                functions[name] = self._function(function)
+        classes = {}
+        for cls in self.collected.classes:
+            if cls in top_classes(self.collected):
+                bases = tuple(
+                    ref
+                    for base in cls.bases
+                    if (dotted := dotted_name(base.value)) is not None
+                    and (ref := name_ref(dotted, self.imports, local_classes=True)) is not None
+                )
+                methods = tuple(f.name.value for f, owner in self.collected.owners.items() if owner is cls)
+                classes[cls.name.value] = ClassSummary(bases, methods, self.analysis.roles.is_model_class(cls))
+        names = {local: Ref("absolute", full) for local, full in self.imports.aliases.items()}
+        names |= {local: Ref("relative", target, level) for local, (level, target) in self.imports.relative.items()}
+        stars = tuple(Ref("relative" if level else "absolute", module, level) for level, module in self.imports.stars)
+        return ModuleSummary(functions, classes, names, stars, self.analysis.is_torch_code)
+
+    def _function(self, function: cst.FunctionDef) -> FunctionSummary:
+        positional = positional_params(function)
+        keyword_only = tuple(param.name.value for param in function.params.kwonly_params)
+        defaults_off = tuple(
+            (param.name.value, param.default.value == "None")
+            for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+            if isinstance(param.default, cst.Name) and param.default.value in ("None", "False")
+        )
+        params = all_params(function)
+        self._exits = {
+            (name, none): self.events.exits_without(function, {name: none})
+            for name in params - {"self", "cls"}
+            for none in (True, False)
+        }
+        always, if_args = self.analysis.values.returns_grad(function)
+        return FunctionSummary(
+            params=positional,
+            keyword_only=keyword_only,
+            defaults_off=defaults_off,
+            effects=tuple(dict.fromkeys(self._effects(function, function, params, 0))),
+            returns_grad=always,
+            returns_grad_if_args=if_args,
+            elements=self.analysis.values.returned_elements(function),
+            method=function in self.collected.owners,
+        )
+
+    def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:
+        """The effects of `scope`'s own code, with functions nested in `function` taken in where called."""
+        effects: list[Effect] = []
+        enables = self.collected.enables_grad(scope)
+        for item in self.events.items_of(scope):
+            context = self.events.context(item)
+            common = {
+                "repeated": bool(context.loops),
+                "no_grad": context.no_grad,
+                "enables_grad": enables,
+                "needs": self._needs(item, function, params, none=True),
+                "needs_true": self._needs(item, function, params, none=False),
+            }
+            if isinstance(item, cst.Call):
+                nested = self._nested_callees(item)
+                if nested and depth < MAX_NESTED_DEPTH:
+                    for inner in nested:
+                        effects.extend(self._effects(inner, function, params, depth + 1))
+                    continue
+            classified = self.events.classify(item)
+            if classified is not None:
+                kind, value, via_scaler, retain = classified
+                effects.append(
+                    Effect(kind.value, port(value, params), via_scaler=via_scaler, retain_graph=retain, **common)
+                )
+                continue
+            if isinstance(item, cst.Call):
+                effect = self._call_effect(item, params, common)
+                if effect is not None:
+                    effects.append(effect)
+        return effects
+
+    def _nested_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """Functions nested in the summarized one that `call` runs (itself, or by a function argument)."""
+        found = []
+        for candidate in (call.func, *(arg.value for arg in call.args)):
+            if isinstance(candidate, cst.Name):
+                helper = self.events.resolve_name(candidate, self.events.context(call))
+                if helper is not None and qualname(self.collected, helper) is None:
+                    found.append(helper)
+        return found
+
+    def _call_effect(self, call: cst.Call, params: frozenset[str], common: dict[str, Any]) -> Effect | None:
+        func = call.func
+        receiver = func.value if isinstance(func, cst.Attribute) else None
+        method = last_name(func)
+        if receiver is not None and method in ("train", "eval"):
+            mode = EVAL if method == "eval" or _is_false(call) else TRAIN
+            return Effect(mode, port(receiver, params), **common)
+        if self.analysis.roles.role_of_value(call) is Role.OPTIMIZER:
+            return Effect(BUILDS_OPTIMIZER, **common)
+        if method == "step" and not call.args and port(receiver, params) not in (None, "self"):
+            return Effect(Kind.STEP.value, port(receiver, params), unsure=True, **common)
+        ref = self.callee_ref(call)
+        if ref is None:
+            return None
+        args = [(str(index), port(arg.value, params)) for index, arg in enumerate(_positional(call))]
+        args += [(arg.keyword.value, port(arg.value, params)) for arg in call.args if arg.keyword is not None]
+        if ref.kind in ("class", "super") or (ref.kind == "local" and _on_self(receiver)):
+            args.append(("self", "self"))
+        elif receiver is not None and (ref.method or ref.kind == "local"):
+            args.append(("self", port(receiver, params)))
+        star = any(arg.star for arg in call.args)
+        return Effect(CALL, callee=ref, args=tuple(args), star=star, **common)
+
+    def callee_ref(self, call: cst.Call) -> Ref | None:
+        """The reference `call` makes outside this module: same-module functions are refs to this module."""
+        helper = self.events.resolve_helper(call)
+        if helper is not None:
+            name = qualname(self.collected, helper)
+            return Ref("local", name) if name is not None else None
+        method = self.events.resolve_instance_method(call)
+        if method is not None:
+            name = qualname(self.collected, method)
+            return Ref("local", name) if name is not None else None
+        return call_ref(call.func, self.events.context(call), self.imports, self.events.instance_class(call))
+
+    def _needs(
+        self, item: cst.CSTNode, function: cst.FunctionDef, params: frozenset[str], *, none: bool
+    ) -> tuple[str, ...]:
+        context = self.events.context(item)
+        if not context.ifs and not any(self._exits.values()):
+            return ()
+        return tuple(
+            name
+            for name in sorted(params - {"self", "cls"})
+            if self.events.needs_any(item, context.ifs, {name: none}, self._exits[(name, none)])
+        )
+
+
+def qualname(collected: Any, function: cst.FunctionDef) -> str | None:
+    """`f` for a module-level function, `Class.method` for a method of a module-level class, else None."""
+    owner = collected.owners.get(function)
+    if owner is not None:
+        return f"{owner.name.value}.{function.name.value}" if owner in top_classes(collected) else None
+    return function.name.value if isinstance(collected.def_scopes.get(function), cst.Module) else None
+
+
+def top_classes(collected: Any) -> frozenset[cst.ClassDef]:
+    """The classes defined at the top of the module, which other modules can name."""
+    return frozenset(statement for statement in collected.module.body if isinstance(statement, cst.ClassDef))
+
+
+def _positional(call: cst.Call) -> list[cst.Arg]:
+    return [arg for arg in call.args if arg.keyword is None and not arg.star]
+
+
+def _on_self(receiver: cst.BaseExpression | None) -> bool:
+    return isinstance(receiver, cst.Name) and receiver.value in ("self", "cls")
+
+
+def _is_false(call: cst.Call) -> bool:
+    return bool(call.args) and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"
+
+
+__all__ = ["CALL", "EVAL", "TRAIN", "Effect", "FunctionSummary", "Kind", "ModuleSummary", "runs_when_off", "summarize"]
