@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gradlint.config import Config
+from gradlint.project import content_hash
 from gradlint.rule import Diagnostic, Edit, Fix, Related, Rule, is_builtin
 
 CACHE_DIR = ".gradlint_cache"
@@ -50,16 +51,12 @@ def _source_digest() -> str:
     return digest.hexdigest()
 
 
-# {module: (path, digest)}: the summaries of other modules a file's findings were judged with.
+# {module: (path, content hash)}: the other modules of the project a file's findings were judged with.
 Uses = dict[str, tuple[str, str]]
 
 
 class SummaryStore:
-    """Module summaries (`gradlint.analysis.summaries`), keyed by the module file's content.
-
-    An entry holds the summary as JSON data and its digest, so that checking whether a
-    cached finding is still valid reads digests only: no parse, no LibCST.
-    """
+    """Module summaries (`gradlint.analysis.summaries`) as JSON data, keyed by the module file's content."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory / "summaries"
@@ -69,34 +66,30 @@ class SummaryStore:
         """The entry name of the summary of a module file holding `data`."""
         return hashlib.sha256(self._salt + data).hexdigest()
 
-    def get(self, key: str) -> tuple[str, Any] | None:
-        """(digest, summary data) stored under `key`, or None for a missing or unreadable entry."""
+    def get(self, key: str) -> Any:
+        """The summary data stored under `key`, or None for a missing or unreadable entry."""
         try:
-            entry = json.loads((self.directory / key[:2] / key[2:]).read_bytes())
-            return str(entry["digest"]), entry["summary"]
-        except (OSError, ValueError, TypeError, KeyError):
+            return json.loads((self.directory / key[:2] / key[2:]).read_bytes())
+        except (OSError, ValueError):
             return None
 
-    def digest(self, path: str) -> str | None:
-        """The digest of the stored summary of the file at `path` as it is now, if one is stored."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            return None
-        found = self.get(self.key(data))
-        return found[0] if found is not None else None
-
-    def put(self, key: str, digest: str, summary: Any) -> None:
+    def put(self, key: str, summary: Any) -> None:
         """Store a summary's data atomically; a cache that cannot be written is skipped."""
-        entry = self.directory / key[:2] / key[2:]
-        _write_atomically(self.directory.parent, entry, {"digest": digest, "summary": summary})
+        _write_atomically(self.directory.parent, self.directory / key[:2] / key[2:], summary)
+
+
+def _unchanged(path: str, digest: str) -> bool:
+    try:
+        return content_hash(Path(path).read_bytes()) == digest
+    except OSError:
+        return False
 
 
 class ResultCache:
     """Findings of earlier runs, stored under `directory` (one file per entry).
 
-    An entry also lists the summaries of other modules its findings used; it is reused
-    only while each of those modules still has a stored summary with the same digest.
+    An entry also lists the other modules of the project its findings were judged with
+    (their outlines or summaries); it is reused only while each of them is unchanged.
     """
 
     def __init__(self, directory: Path, config: Config) -> None:
@@ -118,8 +111,7 @@ class ResultCache:
     def get(self, key: str) -> list[Diagnostic] | None:
         """The stored findings for `key`, or None when there is no usable entry.
 
-        An entry is unusable when a module its findings used has changed its summary,
-        or has changed and has no stored summary yet.
+        An entry is unusable when a module its findings were judged with has changed.
         """
         try:
             entry = json.loads(self._entry(key).read_bytes())
@@ -127,7 +119,7 @@ class ResultCache:
             found = [_decode(item) for item in entry["findings"]]
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None  # missing, half-written by a crashed older version, or corrupt: a miss
-        return found if all(self.summaries.digest(path) == digest for path, digest in uses.values()) else None
+        return found if all(_unchanged(path, digest) for path, digest in uses.values()) else None
 
     def put(self, key: str, diagnostics: list[Diagnostic], uses: Uses | None = None) -> None:
         """Store findings for `key` atomically; a cache that cannot be written is skipped."""

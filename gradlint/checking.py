@@ -6,7 +6,6 @@ are all cache hits, or that no enabled rule could fire on, never loads LibCST or
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import libcst as cst
@@ -15,7 +14,7 @@ from gradlint.analysis import ModuleAnalysis, analyze
 from gradlint.analysis.program import ModuleProgram, Program
 from gradlint.analysis.summaries import ModuleSummary, summarize
 from gradlint.cache import SummaryStore
-from gradlint.project import Project
+from gradlint.index import Outlines
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, tool_diagnostic
 
 ParserSyntaxError = cst.ParserSyntaxError  # what `parse` raises for code LibCST cannot read
@@ -35,19 +34,30 @@ def summarize_module(text: str) -> ModuleSummary | None:
 
 
 def run_rules(
-    module: cst.Module, rules: list[type[Rule]], path: str, program: ModuleProgram | None = None
+    module: cst.Module,
+    rules: list[type[Rule]],
+    path: str,
+    program: ModuleProgram | None = None,
+    more: list[type[Rule]] | None = None,
 ) -> list[Diagnostic]:
     """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run.
 
-    With `program`, calls into the project's other modules are judged by their summaries.
+    With `program`, calls into the project's other modules are judged by their summaries,
+    and the rules `more` (which the file's own text gave no reason to run) run too when
+    the module calls a project function of another module that affects gradients.
     """
-    wanted = frozenset(name[len("visit_") :] for rule in rules for name in dir(rule) if name.startswith("visit_"))
+    more = more or []
+    wanted = frozenset(
+        name[len("visit_") :] for rule in (*rules, *more) for name in dir(rule) if name.startswith("visit_")
+    )
     try:
         analysis = analyze(module, wanted, program)
     except RecursionError:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if not analysis.is_torch_code:
         return []
+    if more and program is not None and program.touches_effects(analysis.collected, analysis.events):
+        rules = [*rules, *more]
     diagnostics: list[Diagnostic] = []
     for rule_class in rules:
         rule = rule_class(analysis)
@@ -99,10 +109,10 @@ def module_program(program: Program, path: str) -> ModuleProgram:
     return ModuleProgram(program, program.project.add_file(Path(path)))
 
 
-def new_program(project: Project, cache: Path | None, overlay: Mapping[Path, bytes] | None = None) -> Program:
-    """A whole-program model of `project` whose summaries are computed by parsing with LibCST."""
+def new_program(outlines: Outlines, cache: Path | None) -> Program:
+    """A whole-program model over `outlines` whose summaries are computed by parsing with LibCST."""
     store = SummaryStore(cache) if cache is not None else None
-    return Program(project, _summarize_file, store=store, overlay=overlay)
+    return Program(outlines, _summarize_file, store=store)
 
 
 def _summarize_file(data: bytes, path: str) -> ModuleSummary | None:

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from gradlint.cache import ResultCache, Uses
 from gradlint.catalog import RuleInfo, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
+from gradlint.index import Outlines
 from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
 
@@ -59,34 +59,28 @@ def enabled_rules(config: Config, path: str) -> list[RuleInfo]:
     return [rule for code, rule in rule_infos().items() if config.is_enabled(code, path)]
 
 
-def could_fire(rule: RuleInfo | type[Rule], data: bytes | frozenset[bytes]) -> bool:
-    """Whether `data` holds what `rule.requires` names: every token, or one of each group.
-
-    `data` is a file's bytes, or the set of tokens found in a file and the project
-    modules it imports (`gradlint.project.Reach`).
-    """
+def could_fire(rule: RuleInfo | type[Rule], data: bytes) -> bool:
+    """Whether `data` holds what `rule.requires` names: every token, or one of each group."""
     return all(
         clause in data if isinstance(clause, bytes) else any(token in data for token in clause)
         for clause in rule.requires
     )
 
 
-@cache
-def rule_tokens() -> frozenset[bytes]:
-    """Every token a built-in or registered rule's `requires` names."""
-    return frozenset(
-        token
-        for rule in rule_infos().values()
-        for clause in rule.requires
-        for token in ((clause,) if isinstance(clause, bytes) else clause)
-    )
+def _chosen(config: Config, data: bytes, path: str, outlines: Outlines | None) -> tuple[list[RuleInfo], list[RuleInfo]]:
+    """The prefilter: (the enabled rules that could fire on the file, the others).
 
-
-def _fires(rule: RuleInfo, data: bytes, path: str, project: Project | None) -> bool:
-    """The prefilter: whether `rule` could fire on the file, counting the project modules it imports."""
-    if could_fire(rule, data):
-        return True
-    return project is not None and could_fire(rule, project.reach(rule_tokens()).of(Path(path), data))
+    A rule could fire when the file holds its `requires` tokens. The others may still
+    fire through a call into another project module that affects gradients: a file that
+    is parsed anyway runs them once its analysis shows such a call (`checking.run_rules`);
+    a file none of whose rules could fire is parsed only when its outline shows one.
+    """
+    enabled = enabled_rules(config, path)
+    chosen = [rule for rule in enabled if could_fire(rule, data)]
+    rest = [rule for rule in enabled if rule not in chosen]
+    if not chosen and rest and outlines is not None and outlines.calls_effects(Path(path), data):
+        return enabled, []
+    return chosen, rest
 
 
 def lint_source(
@@ -112,42 +106,51 @@ def lint_source(
 def _lint(
     source: str | bytes, path: str, config: Config | None, *, noqa: bool, prefilter: bool, program: Program | None
 ) -> tuple[list[Diagnostic], Uses]:
-    """`lint_source`, and the summaries of other modules its findings were judged with."""
+    """`lint_source`, and the other project modules its findings were judged with."""
+    if program is None:
+        return _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=None), {}
+    reads = program.outlines.record()
+    try:
+        found = _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=program)
+    finally:
+        program.outlines.stop(reads)
+    return found, program.outlines.used(reads - {program.project.add_file(Path(path))})
+
+
+def _lint_alone_or_whole(
+    source: str | bytes, path: str, config: Config | None, *, noqa: bool, prefilter: bool, program: Program | None
+) -> list[Diagnostic]:
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
     if _FILE_NOQA.search(data):
-        return [], {}
-    project = program.project if program is not None else None
-    rules = [rule for rule in enabled_rules(config, path) if not prefilter or _fires(rule, data, path, project)]
+        return []
+    outlines = program.outlines if program is not None else None
+    rules, rest = _chosen(config, data, path, outlines) if prefilter else (enabled_rules(config, path), [])
     if not rules:
         # No enabled rule could fire on this file: skip the parse, but still report
         # a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
-        return (_filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []), {}
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
     try:
         text = decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa), {}
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, f"cannot parse: {error}")], "", config, noqa)
     problem = unparsable(data, text)
     if problem:
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa), {}
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa)
     from gradlint import checking  # here: LibCST and the rules load only when a file needs them
 
     try:
         module = checking.parse(text)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
-        return _filter([_parse_error(path, text, error)], text, config, noqa), {}
+        return _filter([_parse_error(path, text, error)], text, config, noqa)
     view = checking.module_program(program, path) if program is not None else None
-    reads = program.record() if program is not None else set()
     try:
-        diagnostics = checking.run_rules(module, [rule.load() for rule in rules], path, view)
+        loaded, more = [rule.load() for rule in rules], [rule.load() for rule in rest] if view is not None else []
+        diagnostics = checking.run_rules(module, loaded, path, view, more)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    finally:
-        if program is not None:
-            program.stop(reads)
-    uses = program.used(reads - {view.module}) if program is not None and view is not None else {}
-    return _filter(diagnostics, text, config, noqa), uses
+    return _filter(diagnostics, text, config, noqa)
 
 
 def whole_program(
@@ -161,13 +164,13 @@ def whole_program(
     project = Project()
     for path in paths:
         project.add_file(path)
-    return _new_program(tuple(project.roots), cache, overlay)
+    return _new_program(Outlines(project, overlay), cache)
 
 
-def _new_program(roots: tuple[Path, ...], cache: Path | None, overlay: dict[Path, bytes] | None = None) -> Program:
+def _new_program(outlines: Outlines, cache: Path | None) -> Program:
     from gradlint import checking  # LibCST loads only when a file needs a parse
 
-    return checking.new_program(Project(roots), cache, overlay)
+    return checking.new_program(outlines, cache)
 
 
 def lint_file(path: Path, config: Config | None = None, program: Program | None = None) -> list[Diagnostic]:
@@ -262,6 +265,12 @@ def lint_targets(
     """
     store = ResultCache(cache, config) if cache is not None else None
     project = Project()
+    for item in targets.files:  # every root first: a module is found wherever the run's files are
+        if not isinstance(item, Missing):
+            project.add_file(item)
+    whole = Whole(tuple(project.roots), cache)
+    outlines = _OUTLINES[whole] = Outlines(project)  # read afresh each run: files change between runs
+    _PROGRAMS.pop(whole, None)
     results: list[list[Diagnostic]] = []
     misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in targets.files:
@@ -273,8 +282,7 @@ def lint_targets(
         except OSError as error:
             results.append([_unreadable(item, error)])
             continue
-        project.add_file(item)
-        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, project):
+        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, outlines):
             results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
             continue
         key = store.key(str(item), data) if store is not None else None
@@ -282,7 +290,6 @@ def lint_targets(
         results.append(cached or [])
         if cached is None:
             misses.append((len(results) - 1, item, data, key))
-    whole = Whole(tuple(project.roots), cache)
     linted = _lint_in_pool([(path, data) for _, path, data, _ in misses], config, jobs or default_jobs(), whole)
     for (index, _, _, key), (found, uses) in zip(misses, linted, strict=True):
         results[index] = found
@@ -300,19 +307,19 @@ class Whole:
 
 
 _PROGRAMS: dict[Whole, Program] = {}
+_OUTLINES: dict[Whole, Outlines] = {}
 
 
 def _program(whole: Whole) -> Program:
     """The model for `whole`, one per process: summaries computed once serve every file it lints."""
     if whole not in _PROGRAMS:
-        _PROGRAMS[whole] = _new_program(whole.roots, whole.cache)
+        outlines = _OUTLINES.setdefault(whole, Outlines(Project(whole.roots)))
+        _PROGRAMS[whole] = _new_program(outlines, whole.cache)
     return _PROGRAMS[whole]
 
 
-def _needs_parse(data: bytes, path: str, config: Config, project: Project) -> bool:
-    if _FILE_NOQA.search(data):
-        return False
-    return any(_fires(rule, data, path, project) for rule in enabled_rules(config, path))
+def _needs_parse(data: bytes, path: str, config: Config, outlines: Outlines) -> bool:
+    return not _FILE_NOQA.search(data) and bool(_chosen(config, data, path, outlines)[0])
 
 
 Linted = tuple[list[Diagnostic], Uses]

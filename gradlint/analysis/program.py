@@ -20,23 +20,20 @@ Reading a file is all this does: no linted code is imported or run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TypeVar
 
 import libcst as cst
 
-from gradlint.analysis.collect import Context
-from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, Ref, call_ref
+from gradlint.analysis.collect import Collected, Context
+from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref
 from gradlint.analysis.steps import Event, EventIndex, Kind
 from gradlint.analysis.summaries import CALL, Effect, FunctionSummary, ModuleSummary, from_data, to_data
 from gradlint.cache import SummaryStore
-from gradlint.project import Project
+from gradlint.index import Outlines, Ref
 
 V = TypeVar("V")
-# How many re-export hops (`from .core import train` in an `__init__`) a name is followed through.
-MAX_REEXPORTS = 8
 # A recursive group whose effects still change after this many rounds keeps its last round.
 MAX_ROUNDS = 12
 
@@ -62,80 +59,30 @@ Summarize = Callable[[bytes, str], "ModuleSummary | None"]
 class Program:
     """Summaries of the project's modules and the effects of calls between them.
 
-    `summarize(data, path)` turns a module's bytes into its summary (None: it cannot be
-    read); the engine passes one that parses with LibCST. `overlay` holds unsaved
-    editor buffers by path, read in place of the files.
+    Calls are resolved through the modules' outlines (`gradlint.index.Outlines`); a
+    function is summarized with LibCST only when its outline says it may affect
+    gradients. `summarize(data, path)` turns a module's bytes into its summary (None: it
+    cannot be read); the engine passes one that parses with LibCST.
     """
 
-    def __init__(
-        self,
-        project: Project,
-        summarize: Summarize,
-        *,
-        store: SummaryStore | None = None,
-        overlay: Mapping[Path, bytes] | None = None,
-    ) -> None:
-        self.project = project
+    def __init__(self, outlines: Outlines, summarize: Summarize, *, store: SummaryStore | None = None) -> None:
+        self.outlines = outlines
+        self.project = outlines.project
         self._summarize = summarize
         self.store = store
-        self.overlay = {path.resolve(): data for path, data in (overlay or {}).items()}
         self._summaries: dict[str, ModuleSummary | None] = {}
         self._effects: dict[tuple[str, str], tuple[Effect, ...]] = {}
         self._approximate: dict[tuple[str, str], tuple[Effect, ...]] = {}
         self._active: list[tuple[str, str]] = []
         self._read_active: set[tuple[str, str]] = set()
-        self._digests: dict[str, str] = {}
         self._effect_reads: dict[tuple[str, str], frozenset[str]] = {}
-        self._recording: list[set[str]] = []
-
-    def known(self, module: str, summary: ModuleSummary) -> None:
-        """Use `summary` for `module` (computed by the caller, which analysed the module anyway)."""
-        self._summaries.setdefault(module, summary)
 
     def summary(self, module: str) -> ModuleSummary | None:
-        """The summary of a project module, or None when it is not in the project or cannot be read."""
+        """The LibCST summary of a project module: computed (or loaded from the store) on first use."""
         if module not in self._summaries:
-            self._summaries[module] = self._load(module)
-        for reads in self._recording:
-            reads.add(module)
+            source = self.outlines.source(module)
+            self._summaries[module] = self.summarize(source[1], str(source[0])) if source is not None else None
         return self._summaries[module]
-
-    def record(self) -> set[str]:
-        """Start recording the modules whose summaries are read; stop with `stop`. Returns the set filled."""
-        reads: set[str] = set()
-        self._recording.append(reads)
-        return reads
-
-    def stop(self, reads: set[str]) -> None:
-        """Stop the recording `record` started."""
-        self._recording.remove(reads)
-
-    def used(self, modules: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """{module: (path, summary digest)} for the modules of the project among `modules`.
-
-        A module read but not found in the project is left out.
-        """
-        found = {}
-        for module in sorted(modules):
-            summary = self._summaries.get(module)
-            path = self.project.locate(module)
-            if summary is not None and path is not None:
-                if module not in self._digests:
-                    self._digests[module] = summary.digest()
-                found[module] = (str(path), self._digests[module])
-        return found
-
-    def _load(self, module: str) -> ModuleSummary | None:
-        path = self.project.locate(module)
-        if path is None:
-            return None
-        data = self.overlay.get(path.resolve())
-        if data is None:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                return None
-        return self.summarize(data, str(path))
 
     def summarize(self, data: bytes, path: str) -> ModuleSummary | None:
         """The summary of the module file `path` holding `data`: from the store, or computed and stored."""
@@ -145,121 +92,30 @@ class Program:
         cached = self.store.get(key)
         if cached is not None:
             try:
-                return from_data(cached[1])
+                return from_data(cached)
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass  # written by another version of the format: computed again
         summary = self._summarize(data, path)
         if summary is not None:
-            self.store.put(key, summary.digest(), to_data(summary))
+            self.store.put(key, to_data(summary))
         return summary
 
-    # Resolution of references.
-
-    def resolve(self, ref: Ref, module: str) -> tuple[str, str] | None:
-        """(module, qualname) of the project function `ref`, made in `module`, names."""
-        if ref.kind == "local":
-            return module, ref.name
-        if ref.kind in ("class", "super"):
-            found = self._method(module, ref.name, ref.method, skip_own=ref.kind == "super", seen=set())
-            return found
-        dotted = self._absolute(ref, module)
-        if dotted is None:
-            return None
-        if ref.kind == "star":
-            return self._star(module, ref.name, set())
-        target = self._definition(dotted, 0)
-        if target is None:
-            return None
-        owner, name = target
-        if ref.method:
-            return self._method(owner, name, ref.method, skip_own=False, seen=set())
-        summary = self.summary(owner)
-        if summary is not None and name in summary.classes:
-            return self._method(owner, name, "__init__", skip_own=False, seen=set())
-        return target
-
-    def _absolute(self, ref: Ref, module: str) -> str | None:
-        if ref.kind in ("absolute", "star"):
-            return ref.name
-        package = module.split(".")
-        path = self.project.locate(module)
-        if path is None or path.name != "__init__.py":
-            package = package[:-1]
-        if ref.level - 1 > len(package):
-            return None
-        base = package[: len(package) - (ref.level - 1)]
-        return ".".join([*base, ref.name]) if ref.name else ".".join(base)
-
-    def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
-        """(module, qualname) where `dotted` is defined, following re-exports."""
-        parts = dotted.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            module, rest = ".".join(parts[:cut]), parts[cut:]
-            summary = self.summary(module)
-            if summary is None:
-                continue
-            head = rest[0]
-            if head in summary.functions or head in summary.classes:
-                return module, ".".join(rest)
-            if hops < MAX_REEXPORTS:
-                if head in summary.names:
-                    target = self._absolute(summary.names[head], module)
-                    if target is not None:
-                        return self._definition(".".join([target, *rest[1:]]), hops + 1)
-                for star in summary.stars:
-                    base = self._absolute(star, module)
-                    if base is not None:
-                        found = self._definition(".".join([base, *rest]), hops + 1)
-                        if found is not None:
-                            return found
-            return None
-        return None
-
-    def _star(self, module: str, name: str, seen: set[str]) -> tuple[str, str] | None:
-        summary = self.summary(module)
-        if summary is None or module in seen:
-            return None
-        seen.add(module)
-        for star in summary.stars:
-            base = self._absolute(star, module)
-            if base is not None:
-                found = self._definition(f"{base}.{name}", 0)
-                if found is not None:
-                    return found
-        return None
-
-    def _method(self, module: str, cls: str, method: str, *, skip_own: bool, seen: set[str]) -> tuple[str, str] | None:
-        """Where `method` of class `cls` (of `module`) is defined, through the project's base classes."""
-        summary = self.summary(module)
-        if summary is None or f"{module}.{cls}" in seen or cls not in summary.classes:
-            return None
-        seen.add(f"{module}.{cls}")
-        info = summary.classes[cls]
-        if not skip_own and method in info.methods:
-            return module, f"{cls}.{method}"
-        for base in info.bases:
-            if base.kind == "class":
-                found = self._method(module, base.name, method, skip_own=False, seen=seen)
-            else:
-                dotted = self._absolute(base, module)
-                target = self._definition(dotted, 0) if dotted is not None else None
-                found = (
-                    self._method(target[0], target[1], method, skip_own=False, seen=seen)
-                    if target is not None
-                    else None
-                )
-            if found is not None:
-                return found
-        return None
-
     def function(self, module: str, qualname: str) -> FunctionSummary | None:
-        """The summary of one function of the project."""
-        summary = self.summary(module)
-        return summary.functions.get(qualname) if summary is not None else None
+        """The summary of one function of the project: from LibCST when it may affect gradients, else its outline."""
+        if self.outlines.affects(module, qualname):
+            summary = self.summary(module)
+            return summary.functions.get(qualname) if summary is not None else None
+        found = self.outlines.outline(module)
+        function = found.function(qualname) if found is not None else None
+        if function is None:
+            return None
+        return FunctionSummary(
+            function.params, function.keyword_only, function.defaults_off, method=function.method, analysed=False
+        )
 
     def callee(self, ref: Ref, module: str) -> Callee | None:
         """The project function `ref` names from `module`, with its resolved effects."""
-        target = self.resolve(ref, module)
+        target = self.outlines.resolve(ref, module)
         if target is None:
             return None
         function = self.function(*target)
@@ -273,14 +129,15 @@ class Program:
         """Everything the function does, calls to project functions applied, in order."""
         key = (module, qualname)
         if key in self._effects:
-            for reads in self._recording:
-                reads.update(self._effect_reads[key])
+            self.outlines.note(self._effect_reads[key])
             return self._effects[key]
         if key in self._active:
             self._read_active.add(key)
             return self._approximate.get(key, ())
+        if not self.outlines.affects(module, qualname):
+            return ()
         self._active.append(key)
-        reads = self.record()
+        reads = self.outlines.record()
         for _ in range(MAX_ROUNDS):
             self._read_active.discard(key)
             result = self._expand(module, qualname)
@@ -289,17 +146,17 @@ class Program:
             if key not in self._read_active or stable:
                 break
         self._active.pop()
-        self.stop(reads)
+        self.outlines.stop(reads)
         if not (self._read_active & set(self._active)):
             self._effects[key] = result  # final: no caller still being computed was read as an approximation
             self._effect_reads[key] = frozenset(reads)
             self._approximate.pop(key, None)
-        for outer in self._recording:
-            outer.update(reads)
+        self.outlines.note(reads)
         return result
 
     def _expand(self, module: str, qualname: str) -> tuple[Effect, ...]:
-        function = self.function(module, qualname)
+        summary = self.summary(module)
+        function = summary.functions.get(qualname) if summary is not None else None
         if function is None:
             return ()
         origin = f"{module}.{qualname}"
@@ -309,15 +166,14 @@ class Program:
                 found.append(replace(effect, origin=effect.origin or origin))
                 continue
             assert effect.callee is not None
-            target = self.resolve(effect.callee, module)
+            target = self.outlines.resolve(effect.callee, module)
             callee = self.function(*target) if target is not None else None
             if target is None or callee is None:
                 continue
-            bound_self = "self" in dict(effect.args)
+            arguments = dict(effect.args)
             positional = [bound for name, bound in effect.args if name.isdigit()]
             keywords = {name: bound for name, bound in effect.args if not name.isdigit() and name != "self"}
-            receiver = dict(effect.args).get("self")
-            binding = bind(callee, positional, keywords, receiver if bound_self else None)
+            binding = bind(callee, positional, keywords, arguments.get("self"))
             off = switched_off(callee, binding, _port_off, effect.star)
             for inner in self.effects(*target):
                 if dropped(inner, off):
@@ -328,6 +184,7 @@ class Program:
                         port=_substitute(inner.port, binding),
                         repeated=inner.repeated or effect.repeated,
                         no_grad=inner.no_grad or effect.no_grad,
+                        enables_grad=inner.enables_grad or effect.enables_grad,
                         needs=tuple(sorted({*effect.needs, *_lifted(inner.needs, binding)})),
                         needs_true=tuple(sorted({*effect.needs_true, *_lifted(inner.needs_true, binding)})),
                     )
@@ -416,6 +273,13 @@ class ModuleProgram:
             )
         return self._callees[call]
 
+    def touches_effects(self, collected: Collected, events: EventIndex) -> bool:
+        """Whether the module calls a function of another project module that may affect gradients."""
+        return any(
+            (callee := self.callee_of(call, events.context(call), events)) is not None and callee.effects
+            for call in collected.calls
+        )
+
     def call_events(self, call: cst.Call, context: Context, events: EventIndex) -> list[Event] | None:
         """The gradient events `call` runs in another module, bound to this call's arguments."""
         callee = self.callee_of(call, context, events)
@@ -459,7 +323,7 @@ class ModuleProgram:
     def returns(self, call: cst.Call, context: Context, events: EventIndex) -> FunctionSummary | None:
         """The summary of the project function in another module that `call` runs, for its return value."""
         callee = self.callee_of(call, context, events)
-        return callee.summary if callee is not None else None
+        return callee.summary if callee is not None and callee.summary.analysed else None
 
 
 KINDS = frozenset(kind.value for kind in Kind)

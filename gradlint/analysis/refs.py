@@ -1,42 +1,24 @@
 """What a call names when its callee is not a function of the same module: a reference to resolve later.
 
 A module knows the names it imports, its classes and their bases, but not what other
-modules define. A call it cannot resolve alone becomes a `Ref`: plain data that the
-whole-program model (`gradlint.analysis.program`) resolves against the other modules'
-summaries. Building refs never reads another file.
+modules define. A call it cannot resolve alone becomes a `Ref` (`gradlint.index`): plain
+data that the whole-program model (`gradlint.analysis.program`) resolves against the
+other modules' outlines. Building refs never reads another file.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context
 from gradlint.analysis.names import ImportMap, dotted_name
+from gradlint.index import Ref
 
 # Ports for the literals that switch a parameter off: `train_step(model, batch, optimizer=None)`.
 OFF_NONE = "=None"
 OFF_FALSE = "=False"
 # The deepest parameter path a summary keeps (`opt`, `self.optimizer`, `trainer.opt.inner`).
 MAX_PORT_PARTS = 3
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A callee named in one module, to be resolved in the whole program.
-
-    kind: "absolute" (`name` is a dotted import path), "relative" (`name` relative to the
-    module's package, `level` dots up), "star" (a bare name a `from x import *` may
-    bind), "class" (`name` is a class of this module whose bases hold the method) or
-    "super" (the method of a base of class `name`). `method` is the method called on an
-    instance of the class `name` refers to (`Trainer(...).fit()`), or "" for a function.
-    """
-
-    kind: str
-    name: str
-    level: int = 0
-    method: str = ""
 
 
 def call_ref(

@@ -200,6 +200,15 @@ class EventIndex:
                     return found
         return None
 
+    def _on_instance(self, call: cst.Call) -> bool:
+        """Whether `call` is a method call on `self` or on an instance of a class the module shows."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        return (isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")) or self.instance_class(
+            call
+        ) is not None
+
     def outside(self, call: cst.Call) -> FunctionSummary | None:
         """The summary of the function in another module of the project that `call` runs, if known."""
         if self.program is None or call not in self.collected.contexts:
@@ -330,7 +339,9 @@ class EventIndex:
                 # A same-module `backward()`/`step()` wrapper counts through its body only.
                 self.called.add(helper)
                 return [*events, *self._inline(helper, item, context, depth)]
-            if self.program is not None:
+            if self.program is not None and (self.classify(item) is None or self._on_instance(item)):
+                # A known call (`loss.backward()`, `torch.autograd.grad`) is what it says, even in the
+                # project that defines it; a method of the project's own class is what its body does.
                 outside = self.program.call_events(item, context, self)
                 if outside is not None:
                     return [*events, *outside]

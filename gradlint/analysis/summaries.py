@@ -10,18 +10,17 @@ frozen, serializable and cached by the content hash of their module.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import libcst as cst
 
 from gradlint.analysis.collect import Scope
-from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.refs import Ref, all_params, call_ref, name_ref, port, positional_params
+from gradlint.analysis.names import last_name
+from gradlint.analysis.refs import all_params, call_ref, port, positional_params
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import Kind, runs_when_off
+from gradlint.index import Ref
 
 # The effects a summary records besides the gradient events of `steps.Kind`.
 CALL = "call"
@@ -75,30 +74,15 @@ class FunctionSummary:
     returns_grad_if_args: bool = False  # returns one when an argument carries a graph
     elements: tuple[tuple[bool, bool], ...] | None = None  # per element of a returned tuple
     method: bool = False
-
-
-@dataclass(frozen=True)
-class ClassSummary:
-    """A class: its bases (as refs) and method names."""
-
-    bases: tuple[Ref, ...] = ()
-    methods: tuple[str, ...] = ()
-    model: bool = False
+    analysed: bool = True  # False: built from the outline alone, so what it returns is unknown
 
 
 @dataclass(frozen=True)
 class ModuleSummary:
-    """Every addressable function (`f`, `Class.method`) and class of a module, and the names it imports."""
+    """Every addressable function (`f`, `Class.method`) of a module; what the module defines and imports
+    is in its outline (`gradlint.index`)."""
 
     functions: dict[str, FunctionSummary] = field(default_factory=dict)
-    classes: dict[str, ClassSummary] = field(default_factory=dict)
-    names: dict[str, Ref] = field(default_factory=dict)  # imported names, which another module may re-export
-    stars: tuple[Ref, ...] = ()
-    torch_code: bool = True
-
-    def digest(self) -> str:
-        """A hash of the summary's content: what a cached finding that used it is keyed on."""
-        return hashlib.sha256(json.dumps(to_data(self), sort_keys=True).encode()).hexdigest()[:32]
 
 
 def to_data(summary: ModuleSummary) -> dict[str, Any]:
@@ -133,12 +117,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
         )
         for name, item in data["functions"].items()
     }
-    classes = {
-        name: ClassSummary(tuple(ref(b) for b in item["bases"]), tuple(item["methods"]), item["model"])
-        for name, item in data["classes"].items()
-    }
-    names = {name: ref(item) for name, item in data["names"].items()}
-    return ModuleSummary(functions, classes, names, tuple(ref(item) for item in data["stars"]), data["torch_code"])
+    return ModuleSummary(functions)
 
 
 def summarize(analysis: Any) -> ModuleSummary:
@@ -160,21 +139,7 @@ class _Summarizer:
             name = qualname(self.collected, function)
             if name is not None:
                 functions[name] = self._function(function)
-        classes = {}
-        for cls in self.collected.classes:
-            if cls in top_classes(self.collected):
-                bases = tuple(
-                    ref
-                    for base in cls.bases
-                    if (dotted := dotted_name(base.value)) is not None
-                    and (ref := name_ref(dotted, self.imports, local_classes=True)) is not None
-                )
-                methods = tuple(f.name.value for f, owner in self.collected.owners.items() if owner is cls)
-                classes[cls.name.value] = ClassSummary(bases, methods, self.analysis.roles.is_model_class(cls))
-        names = {local: Ref("absolute", full) for local, full in self.imports.aliases.items()}
-        names |= {local: Ref("relative", target, level) for local, (level, target) in self.imports.relative.items()}
-        stars = tuple(Ref("relative" if level else "absolute", module, level) for level, module in self.imports.stars)
-        return ModuleSummary(functions, classes, names, stars, self.analysis.is_torch_code)
+        return ModuleSummary(functions)
 
     def _function(self, function: cst.FunctionDef) -> FunctionSummary:
         positional = positional_params(function)

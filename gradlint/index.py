@@ -1,0 +1,500 @@
+"""The outline of a module: what it defines and imports, read with the standard `ast` parser.
+
+Resolving a call across the project (`trainlib.train_step` -> `trainlib/engine.py`)
+needs only a module's outline: its top-level functions and classes, their parameters,
+the bases of its classes and the names it imports. CPython's parser builds that in a
+fraction of a LibCST parse, so the whole-program model outlines every module it passes
+through and analyses with LibCST only the functions a call may take gradient effects
+from (`FunctionOutline.maybe_effects`, or a call of one that may). Nothing is imported
+or run.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gradlint.project import Project, content_hash
+
+# What a gradient effect looks like in source: a backward, a step, a clear, a clip, an
+# unscale, an optimizer or scaler built. A function whose code has none of these (and
+# calls no project function that has) does nothing to gradient state.
+EFFECT = re.compile(
+    rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|autograd\.grad\b|optim\.|GradScaler"
+    rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
+)
+MAX_OUTLINE_BYTES = 2 << 20
+# How many re-export hops (`from .core import train` in an `__init__`) a name is followed through.
+MAX_REEXPORTS = 8
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A callee named in one module, to be resolved in the whole program.
+
+    kind: "local" (`name` is a qualname of the same module), "absolute" (`name` is a
+    dotted import path), "relative" (`name` relative to the module's package, `level`
+    dots up), "star" (a bare name a `from x import *` may bind), "class" (the method
+    `method` of the class `name` of this module, through its bases) or "super" (the
+    method of a base of class `name`). With another kind, `method` is the method called
+    on an instance of the class `name` refers to (`Trainer(...).fit()`).
+    """
+
+    kind: str
+    name: str
+    level: int = 0
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class FunctionOutline:
+    """A function's parameters, whether its code shows a gradient effect, and the calls it makes."""
+
+    params: tuple[str, ...]  # filled by position, `self` included
+    keyword_only: tuple[str, ...] = ()
+    defaults_off: tuple[tuple[str, bool], ...] = ()  # parameter -> whether its default is None (else False)
+    method: bool = False
+    maybe_effects: bool = False
+    calls: tuple[Ref, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClassOutline:
+    """A class's bases (as refs) and method names."""
+
+    bases: tuple[Ref, ...] = ()
+    methods: tuple[str, ...] = ()
+
+
+TOP_LEVEL = "<module>"  # the qualname under which an outline keeps the module's own statements
+# A call in source text: a dotted name and its opening parenthesis (`engine.train_step(`), or `super().m(`.
+_CALL = re.compile(rb"(?<![\w.])(super\(\)\.\w+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
+_STRINGS = re.compile(rb'(?s)"""(?:[^\\]|\\.)*?"""|\'\'\'(?:[^\\]|\\.)*?\'\'\'|#[^\r\n]*')
+_NOT_CALLS = frozenset(
+    {"if", "elif", "while", "for", "return", "and", "or", "not", "in", "is", "lambda", "yield", "await", "assert",
+     "print", "del", "with", "as", "except", "raise", "def", "class", "from", "import", "else"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a function's code is (lines `start` to `end`, one-based), and its class."""
+
+    start: int
+    end: int
+    owner: str | None
+    params: tuple[str, ...]
+    keyword_only: tuple[str, ...]
+    defaults_off: tuple[tuple[str, bool], ...]
+
+
+@dataclass
+class ModuleOutline:
+    """What a module defines at its top level (`f`, `Class.method`) and the names it imports.
+
+    A function's effects and calls are read from its source text when first asked for:
+    most functions a run passes by are never asked about, and no syntax tree is kept.
+    """
+
+    classes: dict[str, ClassOutline] = field(default_factory=dict)
+    names: dict[str, Ref] = field(default_factory=dict)
+    stars: tuple[Ref, ...] = ()
+    spans: dict[str, Span] = field(default_factory=dict)
+    top_level: tuple[tuple[int, int], ...] = ()  # the lines of the statements outside any def or class
+    lines: list[bytes] = field(default_factory=list)
+    _functions: dict[str, FunctionOutline] = field(default_factory=dict)
+
+    def defines(self, name: str) -> bool:
+        """Whether `name` is a function or class of the module's top level."""
+        return name in self.classes or name in self.spans
+
+    def qualnames(self) -> list[str]:
+        """Every function and method, and TOP_LEVEL."""
+        return [*self.spans, TOP_LEVEL]
+
+    def function(self, qualname: str) -> FunctionOutline | None:
+        """The outline of the function `f` or method `Class.method`, or the module's own code (TOP_LEVEL)."""
+        if qualname not in self._functions:
+            if qualname == TOP_LEVEL:
+                code = b"".join(b"".join(self.lines[start - 1 : end]) for start, end in self.top_level)
+                self._functions[qualname] = FunctionOutline(
+                    (), maybe_effects=_effects(code), calls=self._calls(code, None)
+                )
+            elif qualname in self.spans:
+                span = self.spans[qualname]
+                code = b"".join(self.lines[span.start - 1 : span.end])
+                self._functions[qualname] = FunctionOutline(
+                    span.params,
+                    span.keyword_only,
+                    span.defaults_off,
+                    method=span.owner is not None,
+                    maybe_effects=_effects(code),
+                    calls=self._calls(code, span.owner),
+                )
+            else:
+                return None
+        return self._functions[qualname]
+
+    def _calls(self, code: bytes, owner: str | None) -> tuple[Ref, ...]:
+        local = {name for name in self.spans if "." not in name}
+        found = []
+        for match in _CALL.finditer(_STRINGS.sub(b"", code)):
+            text = match[1].decode("ascii", "replace")
+            if text in _NOT_CALLS:
+                continue
+            if text.startswith("super()."):
+                if owner is not None:
+                    found.append(Ref("super", owner, method=text.rpartition(".")[2]))
+                continue
+            head, _, rest = text.partition(".")
+            if head in ("self", "cls") and owner is not None and rest and "." not in rest:
+                found.append(Ref("class", owner, method=rest))
+                continue
+            ref = name_ref(text, self.names, local)
+            if ref is not None:
+                found.append(ref)
+        return tuple(dict.fromkeys(found))
+
+
+def _effects(code: bytes) -> bool:
+    return EFFECT.search(_STRINGS.sub(b"", code)) is not None
+
+
+def outline(data: bytes) -> ModuleOutline | None:
+    """The outline of the module file holding `data`, or None when CPython cannot parse it."""
+    if len(data) > MAX_OUTLINE_BYTES:
+        return None
+    # The tree is dropped on return and has no cycles: the cyclic collector would only
+    # walk every live object of the run again for each burst of allocations it makes.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _outline(ast.parse(data), data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _outline(tree: ast.Module, data: bytes) -> ModuleOutline:
+    result = ModuleOutline(lines=data.splitlines(keepends=True))
+    stars: list[Ref] = []
+    for node in tree.body:
+        _record_import(node, result.names, stars)
+    result.stars = tuple(stars)
+    top_level = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            result.spans[node.name] = _span(node, None)
+        elif isinstance(node, ast.ClassDef):
+            methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            bases = tuple(ref for base in node.bases if (ref := _class_ref(base, result.names)) is not None)
+            result.classes[node.name] = ClassOutline(bases, tuple(item.name for item in methods))
+            for item in methods:
+                result.spans[f"{node.name}.{item.name}"] = _span(item, node.name)
+        else:
+            top_level.append((node.lineno, node.end_lineno or node.lineno))
+    result.top_level = tuple(top_level)
+    return result
+
+
+def _span(node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Span:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    names = [arg.arg for arg in positional]
+    defaults = dict(zip(names[len(names) - len(args.defaults) :], args.defaults, strict=True))
+    defaults |= {arg.arg: default for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default}
+    defaults_off = tuple(
+        (name, value.value is None)
+        for name, value in defaults.items()
+        if isinstance(value, ast.Constant) and (value.value is None or value.value is False)
+    )
+    body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
+    start = body[0].lineno if body else node.lineno
+    end = node.end_lineno or node.lineno
+    return Span(start, end, owner, tuple(names), tuple(arg.arg for arg in args.kwonlyargs), defaults_off)
+
+
+def _record_import(node: ast.stmt, names: dict[str, Ref], stars: list[Ref]) -> None:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                names[alias.asname] = Ref("absolute", alias.name)
+            else:
+                head = alias.name.split(".")[0]
+                names.setdefault(head, Ref("absolute", head))
+    elif isinstance(node, ast.ImportFrom):
+        module = node.module or ""
+        kind = "relative" if node.level else "absolute"
+        for alias in node.names:
+            if alias.name == "*":
+                stars.append(Ref(kind, module, node.level))
+            else:
+                target = f"{module}.{alias.name}" if module else alias.name
+                names[alias.asname or alias.name] = Ref(kind, target, node.level)
+    elif isinstance(node, (ast.If, ast.Try)):  # `if TYPE_CHECKING:` / `try: import x except ImportError:`
+        for inner in (*node.body, *getattr(node, "orelse", ()), *getattr(node, "finalbody", ())):
+            _record_import(inner, names, stars)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def name_ref(dotted: str, names: dict[str, Ref], local: set[str] | frozenset[str] = frozenset()) -> Ref | None:
+    """The reference the dotted name `dotted` makes through a module's imports (or its own functions)."""
+    head, _, rest = dotted.partition(".")
+    if head in names:
+        base = names[head]
+        return Ref(base.kind, f"{base.name}.{rest}" if rest else base.name, base.level)
+    if not rest and head in local:
+        return Ref("local", head)
+    return None
+
+
+def _class_ref(base: ast.expr, names: dict[str, Ref]) -> Ref | None:
+    dotted = _dotted(base)
+    if dotted is None:
+        return None
+    return name_ref(dotted, names) or Ref("class", dotted)
+
+
+class Outlines:
+    """The outlines of the project's modules, read on demand, and the calls resolved through them.
+
+    `overlay` holds unsaved editor buffers by path, read in place of the files. Every
+    module read between `record()` and `stop()` is recorded, so that a cached result
+    can name what it depends on (`used`).
+    """
+
+    def __init__(self, project: Project, overlay: Mapping[Path, bytes] | None = None) -> None:
+        self.project = project
+        self.overlay = {path.resolve(): data for path, data in (overlay or {}).items()}
+        self._sources: dict[str, tuple[Path, bytes] | None] = {}
+        self._outlines: dict[str, ModuleOutline | None] = {}
+        self._affects: dict[tuple[str, str], bool] = {}
+        self._recording: list[set[str]] = []
+        self._calls_effects: dict[tuple[Path, str], bool] = {}
+        self._resolved: dict[tuple[Ref, str], tuple[tuple[str, str] | None, frozenset[str]]] = {}
+
+    def note(self, modules: Iterable[str]) -> None:
+        """Record `modules` as read by every recording in progress."""
+        for reads in self._recording:
+            reads.update(modules)
+
+    def calls_effects(self, path: Path, data: bytes) -> bool:
+        """Whether the module file `path` (holding `data`) calls a project function of another module that may
+        affect gradients: then its findings may come from there, whatever its own text says."""
+        key = (path.resolve(), content_hash(data))
+        if key not in self._calls_effects:
+            self._calls_effects[key] = self._calls_effects_of(self.project.add_file(path), data)
+        return self._calls_effects[key]
+
+    def _calls_effects_of(self, module: str, data: bytes) -> bool:
+        found = self._outlines.get(module) if (self._sources.get(module) or (None, None))[1] == data else outline(data)
+        if found is None:
+            return False
+        return any(
+            self._reaches_effects(ref, module)
+            for name in found.qualnames()
+            if (function := found.function(name)) is not None
+            for ref in function.calls
+        )
+
+    def _reaches_effects(self, ref: Ref, module: str) -> bool:
+        """Whether the project function `ref` names may affect gradients; for a class, any of its methods."""
+        target = self.resolve(ref, module)
+        if target is not None and target[0] != module and self.affects(*target):
+            return True
+        if ref.kind not in ("absolute", "relative") or ref.method:
+            return False
+        dotted = self._absolute(ref, module)
+        defined = self._definition(dotted, 0) if dotted is not None else None
+        if defined is None or defined[0] == module:
+            return False
+        owner = self.outline(defined[0])
+        cls = owner.classes.get(defined[1]) if owner is not None else None
+        return cls is not None and any(self.affects(defined[0], f"{defined[1]}.{method}") for method in cls.methods)
+
+    # Reading modules, and recording what was read.
+
+    def source(self, module: str) -> tuple[Path, bytes] | None:
+        if module not in self._sources:
+            path = self.project.locate(module)
+            data = self.overlay.get(path.resolve()) if path is not None else None
+            if path is not None and data is None:
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    path = None
+            self._sources[module] = (path, data) if path is not None and data is not None else None
+        for reads in self._recording:
+            reads.add(module)
+        return self._sources[module]
+
+    def outline(self, module: str) -> ModuleOutline | None:
+        """What a project module defines and imports, or None when it is not the project's or cannot be parsed."""
+        if module not in self._outlines:
+            source = self.source(module)
+            self._outlines[module] = outline(source[1]) if source is not None else None
+        else:
+            self.source(module)  # recorded as read
+        return self._outlines[module]
+
+    def record(self) -> set[str]:
+        """Start recording the modules read from now on; stop with `stop`. Returns the set it fills."""
+        reads: set[str] = set()
+        self._recording.append(reads)
+        return reads
+
+    def stop(self, reads: set[str]) -> None:
+        """Stop the recording `record` started."""
+        index = next(index for index, active in enumerate(self._recording) if active is reads)  # sets compare equal
+        del self._recording[index]
+
+    def used(self, modules: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """{module: (path, content hash)} for the project modules among `modules`: what a cached result depends on."""
+        found = {}
+        for module in sorted(modules):
+            source = self._sources.get(module)
+            if source is not None:
+                found[module] = (str(source[0]), content_hash(source[1]))
+        return found
+
+    # Resolution of references, through outlines.
+
+    def resolve(self, ref: Ref, module: str) -> tuple[str, str] | None:
+        """(module, qualname) of the project function `ref`, made in `module`, names."""
+        key = (ref, module if ref.kind != "absolute" else "")  # an absolute name means the same everywhere
+        if key in self._resolved:
+            target, read = self._resolved[key]
+            self.note(read)
+            return target
+        reads = self.record()
+        try:
+            target = self._resolve(ref, module)
+        finally:
+            self.stop(reads)
+        self._resolved[key] = target, frozenset(reads)
+        self.note(reads)
+        return target
+
+    def _resolve(self, ref: Ref, module: str) -> tuple[str, str] | None:
+        if ref.kind == "local":
+            return module, ref.name
+        if ref.kind in ("class", "super"):
+            return self._method(module, ref.name, ref.method, skip_own=ref.kind == "super", seen=set())
+        if ref.kind == "star":
+            return self._star(module, ref.name)
+        dotted = self._absolute(ref, module)
+        target = self._definition(dotted, 0) if dotted is not None else None
+        if target is None:
+            return None
+        owner, name = target
+        found = self.outline(owner)
+        if ref.method:
+            return self._method(owner, name, ref.method, skip_own=False, seen=set())
+        if found is not None and name in found.classes:
+            return self._method(owner, name, "__init__", skip_own=False, seen=set())
+        return target
+
+    def _absolute(self, ref: Ref, module: str) -> str | None:
+        if ref.kind != "relative":
+            return ref.name
+        package = module.split(".")
+        source = self._sources.get(module) or self.source(module)
+        if source is None or source[0].name != "__init__.py":
+            package = package[:-1]
+        if ref.level - 1 > len(package):
+            return None
+        base = package[: len(package) - (ref.level - 1)]
+        return ".".join([*base, ref.name]) if ref.name else ".".join(base)
+
+    def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
+        """(module, qualname) where `dotted` is defined, following re-exports."""
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module, rest = ".".join(parts[:cut]), parts[cut:]
+            found = self.outline(module)
+            if found is None:
+                continue
+            head = rest[0]
+            if found.defines(head):
+                return module, ".".join(rest)
+            if hops < MAX_REEXPORTS:
+                if head in found.names:
+                    target = self._absolute(found.names[head], module)
+                    if target is not None:
+                        return self._definition(".".join([target, *rest[1:]]), hops + 1)
+                for star in found.stars:
+                    base = self._absolute(star, module)
+                    if base is not None:
+                        located = self._definition(".".join([base, *rest]), hops + 1)
+                        if located is not None:
+                            return located
+            return None
+        return None
+
+    def _star(self, module: str, name: str) -> tuple[str, str] | None:
+        found = self.outline(module)
+        for star in found.stars if found is not None else ():
+            base = self._absolute(star, module)
+            located = self._definition(f"{base}.{name}", 0) if base is not None else None
+            if located is not None:
+                return located
+        return None
+
+    def _method(self, module: str, cls: str, method: str, *, skip_own: bool, seen: set[str]) -> tuple[str, str] | None:
+        """Where `method` of class `cls` (of `module`) is defined, through the project's base classes."""
+        found = self.outline(module)
+        if found is None or f"{module}.{cls}" in seen or cls not in found.classes:
+            return None
+        seen.add(f"{module}.{cls}")
+        info = found.classes[cls]
+        if not skip_own and method in info.methods:
+            return module, f"{cls}.{method}"
+        for base in info.bases:
+            if base.kind == "class":
+                located = self._method(module, base.name, method, skip_own=False, seen=seen)
+            else:
+                dotted = self._absolute(base, module)
+                target = self._definition(dotted, 0) if dotted is not None else None
+                located = self._method(*target, method, skip_own=False, seen=seen) if target is not None else None
+            if located is not None:
+                return located
+        return None
+
+    def affects(self, module: str, qualname: str) -> bool:
+        """Whether the function may affect gradient state: its code shows it, or a project function it calls may.
+
+        Read from outlines, so that only such functions' modules are analysed with LibCST.
+        """
+        key = (module, qualname)
+        if key not in self._affects:
+            self._affects[key] = False  # a recursive call adds nothing the others do not
+            found = self.outline(module)
+            function = found.function(qualname) if found is not None else None
+            self._affects[key] = function is not None and (
+                function.maybe_effects
+                or any(
+                    (target := self.resolve(ref, module)) is not None and self.affects(*target)
+                    for ref in function.calls
+                )
+            )
+        return self._affects[key]
