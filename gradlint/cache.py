@@ -85,6 +85,22 @@ def _unchanged(path: str, digest: str) -> bool:
         return False
 
 
+class MemoryStore(SummaryStore):
+    """Summaries kept in memory for the life of a process (the language server's)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Any] = {}
+        self._salt = b"memory\0"
+
+    def get(self, key: str) -> Any:
+        """The summary data stored under `key`, or None."""
+        return self._entries.get(key)
+
+    def put(self, key: str, summary: Any) -> None:
+        """Keep a summary's data."""
+        self._entries[key] = summary
+
+
 class ResultCache:
     """Findings of earlier runs, stored under `directory` (one file per entry).
 

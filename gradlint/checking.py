@@ -109,9 +109,8 @@ def module_program(program: Program, path: str) -> ModuleProgram:
     return ModuleProgram(program, program.project.add_file(Path(path)))
 
 
-def new_program(outlines: Outlines, cache: Path | None) -> Program:
-    """A whole-program model over `outlines` whose summaries are computed by parsing with LibCST."""
-    store = SummaryStore(cache) if cache is not None else None
+def new_program(outlines: Outlines, store: SummaryStore | None) -> Program:
+    """A whole-program model over `outlines` whose summaries are computed by parsing with LibCST (kept in `store`)."""
     return Program(outlines, _summarize_file, store=store)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradlint import notebook
-from gradlint.cache import ResultCache, Uses
+from gradlint.cache import ResultCache, SummaryStore, Uses
 from gradlint.catalog import RuleInfo, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
@@ -154,23 +154,34 @@ def _lint_alone_or_whole(
 
 
 def whole_program(
-    paths: Iterable[Path], cache: Path | None = None, overlay: dict[Path, bytes] | None = None
+    paths: Iterable[Path],
+    cache: Path | None = None,
+    overlay: dict[Path, bytes] | None = None,
+    summaries: SummaryStore | None = None,
 ) -> Program:
     """The whole-program model of the project the files `paths` belong to (see `gradlint.analysis.program`).
 
-    Summaries of other modules are read from disk on demand (`overlay`: unsaved contents
-    by path, for an editor) and, with `cache`, stored in the cache directory.
+    Other modules are read from disk on demand (`overlay`: unsaved contents by path, for
+    an editor); their summaries are kept in `summaries`, or in the cache directory `cache`.
     """
     project = Project()
     for path in paths:
         project.add_file(path)
-    return _new_program(Outlines(project, overlay), cache)
+    store = summaries if summaries is not None else SummaryStore(cache) if cache is not None else None
+    return _new_program(Outlines(project, overlay), store)
 
 
-def _new_program(outlines: Outlines, cache: Path | None) -> Program:
+def _new_program(outlines: Outlines, store: SummaryStore | None) -> Program:
     from gradlint import checking  # LibCST loads only when a file needs a parse
 
-    return checking.new_program(outlines, cache)
+    return checking.new_program(outlines, store)
+
+
+def lint_source_and_uses(
+    source: str | bytes, path: str, config: Config | None, program: Program
+) -> tuple[list[Diagnostic], Uses]:
+    """`lint_source` with `program`, and the other project modules its findings were judged with."""
+    return _lint(source, path, config, noqa=True, prefilter=True, program=program)
 
 
 def lint_file(path: Path, config: Config | None = None, program: Program | None = None) -> list[Diagnostic]:
@@ -314,7 +325,7 @@ def _program(whole: Whole) -> Program:
     """The model for `whole`, one per process: summaries computed once serve every file it lints."""
     if whole not in _PROGRAMS:
         outlines = _OUTLINES.setdefault(whole, Outlines(Project(whole.roots)))
-        _PROGRAMS[whole] = _new_program(outlines, whole.cache)
+        _PROGRAMS[whole] = _new_program(outlines, SummaryStore(whole.cache) if whole.cache is not None else None)
     return _PROGRAMS[whole]
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 import libcst as cst
 
 from gradlint import notebook
+from gradlint.analysis.program import Program
 from gradlint.config import Config
-from gradlint.engine import lint_notebook, lint_paths, lint_source, source_encoding
+from gradlint.engine import lint_notebook, lint_paths, lint_source, source_encoding, whole_program
 from gradlint.rule import LINE_BREAK, Diagnostic, Edit, Fix
 
 # Each pass fixes every finding whose edits do not overlap another's; a few passes settle
@@ -97,17 +98,25 @@ def fix_paths(
     only those with a fix to apply are read again and fixed.
     """
     found: dict[str, list[Diagnostic]] = {}
-    for diagnostic in lint_paths(paths, config, jobs=jobs, cache=cache):
+    targets = list(paths)
+    for diagnostic in lint_paths(targets, config, jobs=jobs, cache=cache):
         found.setdefault(diagnostic.path, []).append(diagnostic)
+    program = whole_program(targets) if found else None
     for path, diagnostics in found.items():
         if any(d.fix is not None and (d.fix.safe or unsafe) for d in diagnostics):
-            yield fix_file(Path(path), config, unsafe, write)
+            yield fix_file(Path(path), config, unsafe, write, program)
         else:
             yield FileFix(path, remaining=diagnostics)
 
 
-def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = True) -> FileFix:
-    """Fix one file; it is only rewritten when the fixed text parses and lints."""
+def fix_file(
+    path: Path, config: Config, unsafe: bool = False, write: bool = True, program: Program | None = None
+) -> FileFix:
+    """Fix one file; it is only rewritten when the fixed text parses and lints.
+
+    It is judged with the modules of its project (`program`, or one made for it), as `gradlint check` judges it.
+    """
+    program = program or whole_program([path])
     if path.suffix == notebook.SUFFIX:
         return fix_notebook(path, config, unsafe, write)
     try:
@@ -117,11 +126,11 @@ def fix_file(path: Path, config: Config, unsafe: bool = False, write: bool = Tru
     except (OSError, SyntaxError, LookupError, UnicodeDecodeError):
         # Unreadable or undecodable: the engine reports why (GL000); nothing is fixed.
         return FileFix(str(path), remaining=list(lint_paths([path], config)))
-    fixed = fix_source(text, str(path), config, unsafe, encoding)
+    fixed = fix_source(text, str(path), config, unsafe, encoding, program)
     result = FileFix(str(path), text, fixed.text, fixed.applied, fixed.remaining, rejected=fixed.rejected)
     if not write or not result.changed:
         return result
-    relint = partial(lint_source, path=str(path), config=config)
+    relint = partial(lint_source, path=str(path), config=config, program=program)
     return _written(result, path, fixed.text.encode(encoding), data, relint)
 
 
@@ -156,14 +165,19 @@ def _written(
 
 
 def fix_source(
-    text: str, path: str = "<string>", config: Config | None = None, unsafe: bool = False, encoding: str = "utf-8"
+    text: str,
+    path: str = "<string>",
+    config: Config | None = None,
+    unsafe: bool = False,
+    encoding: str = "utf-8",
+    program: Program | None = None,
 ) -> FixedSource:
     """Apply the fixes of `text`'s findings until none is left (safe ones, or all with `unsafe`).
 
     Each pass applies the fixes whose edits do not overlap and keeps only what verifies
     (see `_Fixer`); a dropped fix is not tried again.
     """
-    fixer = _Fixer(text, path, config, unsafe, encoding)
+    fixer = _Fixer(text, path, config, unsafe, encoding, program)
     for _ in range(MAX_PASSES):
         if not fixer.apply_pass():
             break
@@ -177,6 +191,7 @@ def verify_fix(
     config: Config | None = None,
     encoding: str = "utf-8",
     before: list[Diagnostic] | None = None,
+    program: Program | None = None,
 ) -> str | None:
     """Why applying `fix` alone to `text` must not be offered (None when it verifies).
 
@@ -184,8 +199,8 @@ def verify_fix(
     fix only when this is None: the same check `--fix` makes.
     """
     if before is None:
-        before = lint_source(text.encode(encoding), path, config)
-    return _verify(text, [fix], before, path, config, encoding).problem
+        before = lint_source(text.encode(encoding), path, config, program=program)
+    return _verify(text, [fix], before, path, config, encoding, program).problem
 
 
 @dataclass(frozen=True)
@@ -201,9 +216,12 @@ class _Outcome:
 class _Fixer:
     """Applies verified fixes in passes, remembering which lines of the original each line came from."""
 
-    def __init__(self, text: str, path: str, config: Config | None, unsafe: bool, encoding: str) -> None:
+    def __init__(
+        self, text: str, path: str, config: Config | None, unsafe: bool, encoding: str, program: Program | None
+    ) -> None:
         self.text, self.path, self.config, self.unsafe, self.encoding = text, path, config, unsafe, encoding
-        self.diagnostics = lint_source(text.encode(encoding), path, config)
+        self.program = program
+        self.diagnostics = lint_source(text.encode(encoding), path, config, program=program)
         self.applied = 0
         self.rejected: dict[tuple[str, str, int], RejectedFix] = {}
         self.origin: Callable[[int], int] = lambda line: line  # current line -> original line
@@ -239,7 +257,7 @@ class _Fixer:
 
     def _check(self, diagnostics: list[Diagnostic]) -> _Outcome:
         fixes = [d.fix for d in diagnostics if d.fix is not None]
-        return _verify(self.text, fixes, self.diagnostics, self.path, self.config, self.encoding)
+        return _verify(self.text, fixes, self.diagnostics, self.path, self.config, self.encoding, self.program)
 
     def _accept(self, outcome: _Outcome, count: int) -> None:
         previous, mapping = self.origin, outcome.lines
@@ -259,7 +277,13 @@ class _Fixer:
 
 
 def _verify(
-    text: str, fixes: Sequence[Fix], before: list[Diagnostic], path: str, config: Config | None, encoding: str
+    text: str,
+    fixes: Sequence[Fix],
+    before: list[Diagnostic],
+    path: str,
+    config: Config | None,
+    encoding: str,
+    program: Program | None = None,
 ) -> _Outcome:
     """Apply `fixes` to `text` and check the result: it parses and has no finding `before` lacks."""
     edits = [edit for fix in fixes for edit in fix.edits]
@@ -267,7 +291,7 @@ def _verify(
     lines = line_mapping(edits)
     if not _parses(candidate, encoding):
         return _Outcome(candidate, [], lines, "the fixed code would not parse")
-    after = lint_source(candidate.encode(encoding), path, config)
+    after = lint_source(candidate.encode(encoding), path, config, program=program)
     known = Counter((d.code, d.line) for d in before)
     for diagnostic in after:
         key = (diagnostic.code, lines(diagnostic.line))

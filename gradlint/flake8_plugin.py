@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradlint import __version__
-from gradlint.engine import lint_source
+from gradlint.engine import lint_source, whole_program
+from gradlint.project import Project
 from gradlint.rule import Diagnostic
+
+if TYPE_CHECKING:
+    from gradlint.analysis.program import Program
 
 Flake8Error = tuple[int, int, str, type]
 
@@ -32,8 +38,25 @@ class Plugin:
 
     def run(self) -> Iterator[Flake8Error]:
         """Yield flake8's (line, column, "CODE message", type) for every finding."""
-        for diagnostic in lint_source("".join(self.lines), self.filename, noqa=False):
+        program = _program(self.filename)
+        for diagnostic in lint_source("".join(self.lines), self.filename, noqa=False, program=program):
             yield to_flake8(diagnostic, type(self))
+
+
+# One model per project per flake8 process: the files of a run share the summaries of their modules.
+_PROGRAMS: dict[tuple[Path, ...], Program] = {}
+
+
+def _program(filename: str) -> Program | None:
+    """The whole-program model of the project `filename` belongs to (None for stdin)."""
+    if filename in ("-", "stdin") or not Path(filename).is_file():
+        return None
+    project = Project()
+    project.add_file(Path(filename))
+    roots = tuple(project.roots)
+    if roots not in _PROGRAMS:
+        _PROGRAMS[roots] = whole_program([Path(filename)])
+    return _PROGRAMS[roots]
 
 
 def to_flake8(diagnostic: Diagnostic, plugin: type) -> Flake8Error:

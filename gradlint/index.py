@@ -27,6 +27,8 @@ EFFECT = re.compile(
     rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|autograd\.grad\b|optim\.|GradScaler"
     rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
 )
+# Functions whose name says their result is a loss or a model's output: their summary says what they return.
+RETURNS_GRAPH = re.compile(r"loss|criterion|objective|forward|_step$|^step$")
 MAX_OUTLINE_BYTES = 2 << 20
 # How many re-export hops (`from .core import train` in an `__init__`) a name is followed through.
 MAX_REEXPORTS = 8
@@ -289,6 +291,8 @@ class Outlines:
         self._sources: dict[str, tuple[Path, bytes] | None] = {}
         self._outlines: dict[str, ModuleOutline | None] = {}
         self._affects: dict[tuple[str, str], bool] = {}
+        self._deciding: set[tuple[str, str]] = set()
+        self._read_undecided = False
         self._recording: list[set[str]] = []
         self._calls_effects: dict[tuple[Path, str], bool] = {}
         self._resolved: dict[tuple[Ref, str], tuple[tuple[str, str] | None, frozenset[str]]] = {}
@@ -484,17 +488,32 @@ class Outlines:
         """Whether the function may affect gradient state: its code shows it, or a project function it calls may.
 
         Read from outlines, so that only such functions' modules are analysed with LibCST.
+        Calls that recurse are settled as a fixed point: a False that read a function still
+        being decided is kept only once nothing is being decided any more.
         """
         key = (module, qualname)
-        if key not in self._affects:
-            self._affects[key] = False  # a recursive call adds nothing the others do not
-            found = self.outline(module)
-            function = found.function(qualname) if found is not None else None
-            self._affects[key] = function is not None and (
-                function.maybe_effects
-                or any(
-                    (target := self.resolve(ref, module)) is not None and self.affects(*target)
-                    for ref in function.calls
-                )
+        if key in self._affects:
+            return self._affects[key]
+        if key in self._deciding:
+            self._read_undecided = True
+            return False
+        self._deciding.add(key)
+        outer, self._read_undecided = self._read_undecided, False
+        found = self.outline(module)
+        function = found.function(qualname) if found is not None else None
+        result = function is not None and (
+            function.maybe_effects
+            or any(
+                (target := self.resolve(ref, module)) is not None and self.affects(*target) for ref in function.calls
             )
-        return self._affects[key]
+        )
+        self._deciding.discard(key)
+        if result or not self._read_undecided or not self._deciding:
+            self._affects[key] = result
+        self._read_undecided = outer or self._read_undecided
+        return result
+
+    def analysed(self, module: str, qualname: str) -> bool:
+        """Whether the function deserves a LibCST summary: it may affect gradients, or its name says it computes a
+        loss or runs a forward or training step, whose returned value a caller may keep or backpropagate."""
+        return self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None

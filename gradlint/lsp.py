@@ -3,7 +3,10 @@
 Findings are published on open, change and save; code actions offer each finding's fix
 and a `# noqa` comment; hovering a finding shows its rule's documentation. Each
 document uses the `[tool.gradlint]` table of the nearest pyproject.toml above it, read
-again whenever that file changes.
+again whenever that file changes. A document is judged with the modules of its project
+(the whole-program model), reading open documents as the editor holds them; when a
+module changes (typed, saved, or changed on disk), the open documents whose findings
+used it are linted again.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from pathlib import Path
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path as uri_to_path
 from pygls.workspace import PositionCodec, TextDocument
 
 from gradlint import __version__
+from gradlint.analysis.program import Program
+from gradlint.cache import MemoryStore
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
-from gradlint.engine import lint_source
+from gradlint.engine import lint_source_and_uses, whole_program
 from gradlint.fix import fix_source, verify_fix
 from gradlint.noqa import noqa_edits
 from gradlint.rule import INTERNAL_ERROR, LINE_BREAK, PARSE_ERROR, Diagnostic, Fix, Related, Rule, all_rules
@@ -40,6 +46,8 @@ class GradlintServer(LanguageServer):
         super().__init__("gradlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.configs: dict[Path, tuple[int, Config]] = {}  # pyproject.toml -> (mtime_ns, its config)
         self.findings: dict[str, tuple[int | None, list[Diagnostic]]] = {}  # uri -> (version, findings)
+        self.uses: dict[str, set[Path]] = {}  # uri -> the files of other modules its findings used
+        self.summaries = MemoryStore()  # module summaries by content, for every lint of the session
         self.last_error: str | None = None  # shown once, not on every keystroke
 
     def config_for(self, path: Path) -> Config:
@@ -91,7 +99,34 @@ def _path(document: TextDocument) -> Path:
 def lint_document(ls: GradlintServer, document: TextDocument) -> list[Diagnostic]:
     """The document's findings under its workspace's config; raises ConfigError or OSError."""
     source = document.source
-    return lint_source(source.encode(declared_encoding(source)), str(_path(document)), ls.config_for(_path(document)))
+    path = _path(document)
+    config = ls.config_for(path)  # first: a broken config raises before any module is read
+    program = _program(ls, path)
+    found, uses = lint_source_and_uses(source.encode(declared_encoding(source)), str(path), config, program)
+    ls.uses[document.uri] = {Path(used).resolve() for used, _ in uses.values()}
+    return found
+
+
+def _program(ls: GradlintServer, path: Path) -> Program:
+    """The whole-program model for a document at `path`, reading the open documents as the editor holds them."""
+    return whole_program([path], overlay=_open_documents(ls), summaries=ls.summaries)
+
+
+def _open_documents(ls: GradlintServer) -> dict[Path, bytes]:
+    """The open Python documents with a path, as the editor holds them."""
+    return {
+        Path(document.path): document.source.encode(declared_encoding(document.source))
+        for document in ls.workspace.text_documents.values()
+        if document.path and _is_python(document)
+    }
+
+
+def publish_dependents(ls: GradlintServer, changed: Sequence[Path]) -> None:
+    """Lint again the open documents whose findings used one of the `changed` files."""
+    paths = {path.resolve() for path in changed}
+    for uri in list(ls.workspace.text_documents):
+        if ls.uses.get(uri, set()) & paths:
+            publish(ls, uri)
 
 
 def declared_encoding(source: str) -> str:
@@ -186,8 +221,11 @@ async def did_change(ls: GradlintServer, params: types.DidChangeTextDocumentPara
     # once, at its last version, instead of queueing one lint per keystroke.
     await asyncio.sleep(SETTLE_SECONDS)
     uri = params.text_document.uri
-    if ls.workspace.get_text_document(uri).version == params.text_document.version:
+    document = ls.workspace.get_text_document(uri)
+    if document.version == params.text_document.version:
         publish(ls, uri)
+        if document.path:
+            publish_dependents(ls, [Path(document.path)])
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -197,20 +235,30 @@ def did_save(ls: GradlintServer, params: types.DidSaveTextDocumentParams) -> Non
         publish_all(ls)
     else:
         publish(ls, params.text_document.uri)
+        path = ls.workspace.get_text_document(params.text_document.uri).path
+        if path:
+            publish_dependents(ls, [Path(path)])
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: GradlintServer, params: types.DidCloseTextDocumentParams) -> None:
     """Forget a closed document and clear its findings in the client."""
     ls.findings.pop(params.text_document.uri, None)
+    ls.uses.pop(params.text_document.uri, None)
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
 def did_change_watched_files(ls: GradlintServer, params: types.DidChangeWatchedFilesParams) -> None:
-    """A pyproject.toml was created, changed or deleted: re-lint with the new config."""
+    """A pyproject.toml changed: re-lint everything; a module changed on disk: re-lint the documents that used it."""
     if any(change.uri.endswith("/pyproject.toml") for change in params.changes):
         publish_all(ls)
+        return
+    changed = [
+        Path(path) for change in params.changes if change.uri.endswith(".py") and (path := uri_to_path(change.uri))
+    ]
+    if changed:
+        publish_dependents(ls, changed)
 
 
 @server.feature(types.INITIALIZED)
@@ -221,7 +269,10 @@ def initialized(ls: GradlintServer, params: types.InitializedParams) -> None:
     if not (watched and watched.dynamic_registration):
         return
     options = types.DidChangeWatchedFilesRegistrationOptions(
-        watchers=[types.FileSystemWatcher(glob_pattern="**/pyproject.toml")]
+        watchers=[
+            types.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+            types.FileSystemWatcher(glob_pattern="**/*.py"),
+        ]
     )
     registration = types.Registration(
         id="gradlint-pyproject", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=options
@@ -287,7 +338,7 @@ def _verified(ls: GradlintServer, document: TextDocument, found: list[Diagnostic
         return False
     source = document.source
     path, encoding = str(_path(document)), declared_encoding(source)
-    return verify_fix(source, fix, path, config, encoding, before=found) is None
+    return verify_fix(source, fix, path, config, encoding, before=found, program=_program(ls, Path(path))) is None
 
 
 def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:
@@ -298,7 +349,8 @@ def _fix_all(ls: GradlintServer, uri: str) -> list[types.CodeAction]:
     try:
         source = document.source
         config = ls.config_for(_path(document))
-        fixed = fix_source(source, str(_path(document)), config, encoding=declared_encoding(source))
+        program = _program(ls, _path(document))
+        fixed = fix_source(source, str(_path(document)), config, encoding=declared_encoding(source), program=program)
     except (ConfigError, OSError):
         return []  # reported when the document was linted
     if not fixed.applied:

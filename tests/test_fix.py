@@ -124,7 +124,9 @@ def test_fixed_file_lints_clean_and_fixing_twice_changes_nothing() -> None:
 def test_unsafe_fixes_are_applied_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     unsafe = Fix("rename", (Edit(1, 1, 1, 2, "y"),), safe=False)
     finding = Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", unsafe)
-    monkeypatch.setattr(gradlint.fix, "lint_source", lambda data, *args: [finding] if data.startswith(b"x") else [])
+    monkeypatch.setattr(
+        gradlint.fix, "lint_source", lambda data, *args, **kwargs: [finding] if data.startswith(b"x") else []
+    )
     assert fix_source("x = 1\n").text == "x = 1\n"
     assert fix_source("x = 1\n", unsafe=True).text == "y = 1\n"
 
@@ -136,7 +138,7 @@ def test_a_fix_whose_result_does_not_parse_is_never_applied(monkeypatch: pytest.
         Diagnostic("t.py", line, 1, "GL001", line, 2, "loss-accumulation", "m", fix)
         for line, fix in ((1, broken), (2, good))
     ]
-    monkeypatch.setattr(gradlint.fix, "lint_source", lambda data, *args: findings if b"y" in data else [])
+    monkeypatch.setattr(gradlint.fix, "lint_source", lambda data, *args, **kwargs: findings if b"y" in data else [])
     assert fix_source("x = 1\ny = 2\n").text == "x = 1\nz = 2\n"
 
 
@@ -445,7 +447,7 @@ def test_a_fix_that_brings_a_new_finding_is_dropped_and_reported(monkeypatch: py
     trading = Fix("trade", (Edit(1, 1, 1, 2, "w"),))
     good = Fix("rename", (Edit(2, 1, 2, 2, "z"),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         found = []
         if data.startswith(b"x"):
             found.append(Diagnostic("t.py", 1, 1, "GL001", 1, 2, "loss-accumulation", "m", trading))
@@ -468,7 +470,7 @@ def test_a_fix_that_brings_a_new_finding_is_dropped_and_reported(monkeypatch: py
 def test_a_finding_that_moves_with_the_code_is_not_new(monkeypatch: pytest.MonkeyPatch) -> None:
     insert = Fix("insert", (Edit(1, 1, 1, 1, "pass\n"),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         lines = data.decode().splitlines()
         found = [Diagnostic("t.py", lines.index("y = 2") + 1, 1, "GL002", 1, 2, "missing-zero-grad", "m")]
         if not data.startswith(b"pass"):

@@ -385,3 +385,56 @@ def test_the_noqa_quick_fix_goes_where_the_engine_looks_for_it(tmp_path: Path) -
     continued = diagnostic.range.start.line + 1
     assert edit.range.start == types.Position(line=continued, character=len("            0"))
     assert edit.new_text == "  # noqa: GL001"
+
+
+HELPER = """\
+import torch.nn.functional as F
+
+
+def train_step(model, optimizer, batch):
+    inputs, targets = batch
+    loss = F.cross_entropy(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+"""
+CALLER = """\
+import torch
+from helper import train_step
+
+
+def fit(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in loader:
+        train_step(model, optimizer, batch)
+"""
+CLEARED = HELPER.replace("    loss.backward()", "    optimizer.zero_grad()\n    loss.backward()")
+
+
+def test_an_open_document_is_linted_again_when_a_module_it_imports_is_edited(tmp_path: Path) -> None:
+    async def session(editor: Editor) -> None:
+        helper = editor.open("helper.py", HELPER)
+        await editor.diagnostics(helper)
+        caller = editor.open("train.py", CALLER)
+        assert [(d.code, d.range.start.line) for d in await editor.diagnostics(caller)] == [("GL002", 7)]
+        editor.change(helper, CLEARED)  # typed, not saved: the server reads the editor's text
+        assert await editor.diagnostics(caller, version=1) == []
+        editor.change(helper, HELPER)
+        assert [d.code for d in await editor.diagnostics(caller, version=1)] == ["GL002"]
+        await editor.stop()
+
+    run_editor(tmp_path, session)
+
+
+def test_an_open_document_is_linted_again_when_a_module_it_imports_changes_on_disk(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text(HELPER)
+
+    async def session(editor: Editor) -> None:
+        caller = editor.open("train.py", CALLER)
+        assert [d.code for d in await editor.diagnostics(caller)] == ["GL002"]
+        (tmp_path / "helper.py").write_text(CLEARED)
+        change = types.FileEvent(uri=(tmp_path / "helper.py").as_uri(), type=types.FileChangeType.Changed)
+        editor.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[change]))
+        assert await editor.diagnostics(caller, version=1) == []
+        await editor.stop()
+
+    run_editor(tmp_path, session)

@@ -391,7 +391,7 @@ def test_a_fix_dropped_in_a_later_pass_is_reported_at_its_original_lines(monkeyp
     header = Fix("insert two lines", (Edit(1, 1, 1, 1, "x = 0\ny = 0\n"),))
     breaking = Fix("break", (Edit(4, 1, 4, 2, "("),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         if not data.startswith(b"x = 0"):  # before the first pass: the spanning finding has no fix yet
             return [finding(line=1, end_line=1, fix=header), finding(line=2, end_line=3)]
         return [finding(line=4, end_line=5, fix=breaking)]
@@ -785,7 +785,7 @@ def test_a_fix_that_overlaps_another_is_applied_in_a_later_pass(monkeypatch: pyt
     first = Fix("first", (Edit(1, 1, 1, 2, "y"),))
     second = Fix("second", (Edit(1, 1, 1, 1, "# two\n"),))  # an insertion where `first` starts: a clash
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         found = [] if data.startswith(b"y") or b"# two" in data else [gl001(1, first)]
         return found + ([] if b"# two" in data else [gl001(1, second)])
 
@@ -798,7 +798,7 @@ def test_a_fix_that_overlaps_a_dropped_fix_is_applied_in_the_next_pass(monkeypat
     breaking = Fix("break", (Edit(1, 1, 1, 2, "("),))
     good = Fix("rename", (Edit(1, 1, 1, 2, "y"),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         return [] if data.startswith(b"y") else [gl001(1, breaking), gl001(1, good)]
 
     monkeypatch.setattr(gradlint.fix, "lint_source", lint)
@@ -811,7 +811,7 @@ def test_fixes_that_verify_alone_but_clash_together_go_in_one_at_a_time(monkeypa
     one = Fix("one", (Edit(1, 1, 1, 2, "a"),))
     two = Fix("two", (Edit(2, 1, 2, 2, "b"),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         text = data.decode()
         found = [] if text.startswith("a") else [gl001(1, one)]
         found += [] if "\nb" in text else [gl001(2, two)]
@@ -835,7 +835,7 @@ def test_a_fix_may_keep_as_many_equal_findings_as_there_were_but_not_more(
 ) -> None:
     rename = Fix("rename", (Edit(1, 1, 1, 2, "y"),))
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         same = [gl001(2)] * (after if data.startswith(b"y") else before)
         return same if data.startswith(b"y") else [gl001(1, rename), *same]
 

@@ -94,7 +94,7 @@ def test_a_pass_applies_every_fix_that_verifies_when_another_is_dropped(monkeypa
         3: (b"z =", Fix("rename z", (Edit(3, 1, 3, 2, "c"),))),
     }
 
-    def lint(data: bytes, *args: object) -> list[Diagnostic]:
+    def lint(data: bytes, *args: object, **kwargs: object) -> list[Diagnostic]:
         return [
             Diagnostic("t.py", line, 1, "GL001", line, 2, "loss-accumulation", "m", fix)
             for line, (marker, fix) in fixes.items()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gradlint import Config, lint_source
+from gradlint import Config, lint_paths, lint_source
 from gradlint.rule import Rule, all_rules
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -48,6 +48,33 @@ def test_fixture_findings_match_markers_exactly(path: Path) -> None:
     source = path.read_text()
     found = {(d.line, d.code) for d in lint_source(source, str(path), Config())}
     assert found == expected_findings(source)
+
+
+def project_fixtures() -> list[Path]:
+    """Fixtures of several modules: `fixtures/<rule>/<case>/`, linted as one project."""
+    return sorted(path for path in FIXTURES.glob("*/*") if path.is_dir() and path.parent.name != "runtime")
+
+
+@pytest.mark.parametrize("folder", project_fixtures(), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_project_fixture_findings_match_markers_exactly(folder: Path) -> None:
+    """A project's modules linted together (the whole-program model): every marked line and nothing else."""
+    found = {(Path(d.path).relative_to(folder), d.line, d.code) for d in lint_paths([folder], Config(), jobs=1)}
+    expected = {
+        (path.relative_to(folder), line, code)
+        for path in sorted(folder.rglob("*.py"))
+        for line, code in expected_findings(path.read_text())
+    }
+    assert found == expected
+
+
+def test_project_fixtures_need_the_whole_program() -> None:
+    """Each project fixture has findings that only calls across its modules explain."""
+    for folder in project_fixtures():
+        alone = {
+            (path, d.line, d.code) for path in folder.rglob("*.py") for d in lint_source(path.read_text(), str(path))
+        }
+        whole = {(Path(d.path), d.line, d.code) for d in lint_paths([folder], Config(), jobs=1)}
+        assert alone < whole, folder
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.code)

@@ -89,10 +89,10 @@ class ModuleAnalysis:
         """Whether tensor expressions are integral or floating, where the source shows it."""
         return TensorDtypes(self.collected)
 
-    @cached_property
+    @property
     def origins(self) -> Origins:
         """Which assignments of a name may reach a statement: where its value was computed."""
-        return Origins(self.collected)
+        return self.events.origins
 
     @cached_property
     def shapes(self) -> Shapes:

@@ -101,8 +101,9 @@ class Program:
         return summary
 
     def function(self, module: str, qualname: str) -> FunctionSummary | None:
-        """The summary of one function of the project: from LibCST when it may affect gradients, else its outline."""
-        if self.outlines.affects(module, qualname):
+        """The summary of one function of the project: from LibCST when it deserves one (`Outlines.analysed`), else
+        from its outline, which leaves what it returns unknown."""
+        if self.outlines.analysed(module, qualname):
             summary = self.summary(module)
             return summary.functions.get(qualname) if summary is not None else None
         found = self.outlines.outline(module)

@@ -21,6 +21,7 @@ from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Roles
 
 if TYPE_CHECKING:
+    from gradlint.analysis.origins import Origins
     from gradlint.analysis.program import ModuleProgram
     from gradlint.analysis.summaries import FunctionSummary
 
@@ -126,6 +127,7 @@ class EventIndex:
         self.collected = collected
         self.roles = roles
         self.program = program
+        self._origins: Origins | None = None
         self.imports: ImportMap = collected.imports
         self.functions = collected.functions
         self._scope_items = self._group_by_scope()
@@ -171,18 +173,46 @@ class EventIndex:
             return None
         return self.method_of(owner, call.func.attr.value)
 
+    @property
+    def origins(self) -> Origins:
+        """Which assignments of a name reach a statement (shared with the rest of the analysis)."""
+        if self._origins is None:
+            from gradlint.analysis.origins import Origins  # it needs values, which needs this module
+
+            self._origins = Origins(self.collected)
+        return self._origins
+
     def instance_class(self, call: cst.Call) -> str | None:
-        """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class."""
+        """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class.
+
+        The assignments of `obj` that reach the call decide; an attribute bound in another
+        method (`self.weighting`) is judged by every assignment of it in the module.
+        """
         func = call.func
         if not isinstance(func, cst.Attribute):
             return None
         key = dotted_name(func.value)
-        built = self.roles.values.get(key, []) if key is not None else []
+        if key is None:
+            return None
+        built = self._reaching_values(key, call)
+        if built is None:
+            built = self.roles.values.get(key, [])
         classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
         if len(classes) != 1 or None in classes:
             return None  # `obj` holds instances of one class wherever it is bound
         (name,) = classes
         return name
+
+    def _reaching_values(self, key: str, call: cst.Call) -> list[cst.BaseExpression] | None:
+        statement = self.collected.statement_of.get(call)
+        if statement is None:
+            return None
+        from gradlint.analysis.origins import Binding
+
+        definitions = self.origins.definitions(key, statement)
+        if not definitions or any(definition.binding is not Binding.ASSIGN for definition in definitions):
+            return None
+        return [definition.value for definition in definitions]
 
     def method_of(
         self, owner: cst.ClassDef, name: str, seen: frozenset[cst.ClassDef] = frozenset()

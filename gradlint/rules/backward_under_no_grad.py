@@ -93,10 +93,8 @@ class BackwardUnderNoGrad(Rule):
         # Ex) with torch.no_grad(): train_step(batch)  -- the loss is computed inside the helper
         analysis = self.analysis
         site, backward = event.site, event.node
-        if event.kind is Kind.BACKWARD and event.via is not None and event.no_grad and event.value is None:
-            # Ex) with torch.no_grad(): engine.train_step(model, batch)  -- a helper of another module
-            message = WRAPPED_STEP.format(step=analysis.code(site))
-            self.report(site, message + f" (it backpropagates in `{event.via}`)")
+        if event.kind is Kind.BACKWARD and event.via is not None:
+            self._check_outside_step(event)
             return
         if event.kind is not Kind.BACKWARD or site is backward or event.value is None:
             return
@@ -109,6 +107,23 @@ class BackwardUnderNoGrad(Rule):
         ):
             message = WRAPPED_STEP.format(step=analysis.code(site))
             self.report(site, message, related=[(backward, "the helper backpropagates here")])
+
+    def _check_outside_step(self, event: Event) -> None:
+        """A backward in a function of another module: run under no_grad, or given a loss computed without grad."""
+        analysis = self.analysis
+        where = f" (it backpropagates in `{event.via}`)"
+        if event.no_grad and event.value is None:
+            # Ex) with torch.no_grad(): engine.train_step(model, batch)
+            self.report(event.site, WRAPPED_STEP.format(step=analysis.code(event.site)) + where)
+            return
+        statement = analysis.statement_of(event.site)  # type: ignore[arg-type]  # a call
+        if event.value is not None and analysis.no_grad_values.computed_without_grad(event.value, statement):
+            # Ex) with torch.no_grad(): out = model(x)   then   helpers.backward_given(out.sum())
+            message = (
+                f"`{analysis.code(event.value)}` is computed with autograd off, and `{event.via}` backpropagates it, "
+                "which raises 'does not require grad'"
+            )
+            self.report(event.site, message, related=self._computed(event.value, statement))
 
     def _computed(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
         named = self.analysis.code(value)

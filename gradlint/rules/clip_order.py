@@ -115,6 +115,8 @@ class ClipOrder(Rule):
             elif following is not None and (previous is None or previous.kind is Kind.STEP):
                 backward_call = self.analysis.code(following.site)
                 named = f"gradients are clipped before `{backward_call}`, so the new gradients are not clipped"
+                if clip.via is not None and clip.via == following.via:
+                    named = f"`{clip.via}` clips gradients before its backward(), so the new gradients are not clipped"
                 self.report(
                     self._where(clip, following),
                     named,

@@ -1,0 +1,439 @@
+"""The whole-program model: summaries, classes as units, imports across files, ordering across calls.
+
+Each test writes a small project of several modules and asks what gradlint sees: the
+events of a training step (`analysis_of`) or the findings of `lint_paths`, which lints
+every file with the model of the project.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gradlint import Config, lint_paths
+from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.analysis.summaries import from_data, to_data
+from gradlint.checking import module_program, parse, summarize_module
+from gradlint.engine import whole_program
+from gradlint.index import Ref, outline
+
+ENGINE = """\
+    import torch.nn.functional as F
+
+
+    def train_step(model, optimizer, batch):
+        inputs, targets = batch
+        loss = F.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+"""
+LOOP = """\
+    import torch
+    from engine import train_step
+
+
+    def fit(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for batch in loader:
+            train_step(model, optimizer, batch)
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def analysis_of(root: Path, name: str) -> ModuleAnalysis:
+    """The analysis of one module of the project under `root`, with the whole-program model."""
+    path = root / name
+    program = whole_program([path])
+    return analyze(parse(path.read_text()), frozenset(), module_program(program, str(path)))
+
+
+def step_events(analysis: ModuleAnalysis, index: int = 0) -> list[tuple[str, str | None, str | None]]:
+    """(kind, target, via) of every event of the module's first (or `index`th) training step."""
+    step = analysis.training_steps[index]
+    return [(event.kind.value, event.target, event.via) for event in step.events]
+
+
+def codes(root: Path) -> set[tuple[str, int, str]]:
+    return {(Path(d.path).relative_to(root).as_posix(), d.line, d.code) for d in lint_paths([root], Config(), jobs=1)}
+
+
+# 1. Function summaries
+
+
+def test_a_summary_names_its_effects_by_port_and_survives_serialization() -> None:
+    summary = summarize_module(
+        textwrap.dedent("""\
+            import torch
+
+            def update(model, optimizer, loss, scaler=None):
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                else:
+                    optimizer.step()
+                return loss.detach()
+        """)
+    )
+    assert summary is not None
+    function = summary.functions["update"]
+    assert function.params == ("model", "optimizer", "loss", "scaler")
+    assert function.defaults_off == (("scaler", True),)
+    assert [(effect.kind, effect.port, effect.needs) for effect in function.effects] == [
+        ("clear", "optimizer", ()),
+        ("backward", "loss", ()),
+        ("clip", None, ()),
+        ("step", "optimizer", ("scaler",)),
+        ("step", "optimizer", ()),
+    ]
+    assert not function.returns_grad
+    assert from_data(to_data(summary)) == summary
+
+
+def test_a_call_binds_arguments_by_position_and_keyword(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "engine.py": ENGINE,
+            "train.py": LOOP.replace(
+                "train_step(model, optimizer, batch)", "train_step(model, batch=batch, optimizer=optimizer)"
+            ),
+        },
+    )
+    assert step_events(analysis_of(tmp_path, "train.py")) == [
+        ("backward", None, "engine.train_step"),
+        ("step", "optimizer", "engine.train_step"),
+    ]
+
+
+def test_one_optimizer_given_as_two_parameters_steps_twice(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "gan.py": """\
+                def update(g_opt, d_opt):
+                    g_opt.step()
+                    d_opt.step()
+            """,
+            "train.py": """\
+                import torch
+                from gan import update
+
+                def fit(model, loader):
+                    opt = torch.optim.Adam(model.parameters())
+                    for batch in loader:
+                        opt.zero_grad()
+                        model(batch).sum().backward()
+                        update(opt, opt)
+            """,
+        },
+    )
+    events = step_events(analysis_of(tmp_path, "train.py"))
+    assert [event for event in events if event[0] == "step"] == [("step", "opt", "gan.update")] * 2
+
+
+def test_a_step_on_a_parameter_counts_only_when_the_caller_gives_an_optimizer(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "helpers.py": """\
+                def advance(thing):
+                    thing.step()
+            """,
+            "train.py": """\
+                import torch
+                from helpers import advance
+
+                def fit(model, loader):
+                    optimizer = torch.optim.Adam(model.parameters())
+                    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+                    for batch in loader:
+                        optimizer.zero_grad()
+                        model(batch).sum().backward()
+                        advance(optimizer)
+                        advance(scheduler)
+            """,
+        },
+    )
+    events = step_events(analysis_of(tmp_path, "train.py"))
+    assert [event for event in events if event[0] == "step"] == [("step", "optimizer", "helpers.advance")]
+
+
+def test_an_optional_argument_left_out_switches_its_effects_off(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "steps.py": """\
+                def run_batch(model, batch, optimizer=None, backward=True):
+                    loss = model(batch).sum()
+                    if optimizer is None:
+                        return loss.item()
+                    if backward:
+                        loss.backward()
+                    optimizer.step()
+                    return loss.item()
+            """,
+            "evaluate.py": """\
+                import torch
+                from steps import run_batch
+
+                def evaluate(model, loader, optimizer):
+                    with torch.no_grad():
+                        for batch in loader:
+                            run_batch(model, batch)
+                            run_batch(model, batch, optimizer, backward=False)
+                            run_batch(model, batch, None)
+            """,
+        },
+    )
+    analysis = analysis_of(tmp_path, "evaluate.py")
+    kinds = [e.kind.value for f in analysis.collected.functions for e in analysis.events.scope_events(f)]
+    assert kinds == ["step"]  # only the second call steps, and it does not backpropagate
+    assert codes(tmp_path) == set()
+
+
+def test_recursive_calls_reach_a_fixed_point(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "walk.py": """\
+                def visit(node, optimizer):
+                    for child in node.children:
+                        descend(child, optimizer)
+                    node.loss.backward()
+
+                def descend(node, optimizer):
+                    visit(node, optimizer)
+                    optimizer.step()
+            """,
+            "train.py": """\
+                import torch
+                from walk import descend
+
+                def fit(tree, model, trees):
+                    optimizer = torch.optim.Adam(model.parameters())
+                    for tree in trees:
+                        descend(tree, optimizer)
+            """,
+        },
+    )
+    events = step_events(analysis_of(tmp_path, "train.py"))
+    assert {kind for kind, _, _ in events} == {"backward", "step"}
+    assert ("step", "optimizer", "walk.descend") in events
+
+
+# 2. Classes as units
+
+
+def test_a_method_is_found_through_a_base_class_in_another_module(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "base.py": """\
+                import torch
+
+                class BaseTrainer:
+                    def __init__(self, model):
+                        self.model = model
+                        self.optimizer = torch.optim.Adam(model.parameters())
+
+                    def update(self, loss):
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+            "trainer.py": """\
+                from base import BaseTrainer
+
+                class Trainer(BaseTrainer):
+                    def fit(self, loader):
+                        for batch in loader:
+                            self.update(self.model(batch).sum())
+
+                class Subclassed(Trainer):
+                    def training_step(self, batch):
+                        return super().update(self.model(batch).sum())
+            """,
+        },
+    )
+    analysis = analysis_of(tmp_path, "trainer.py")
+    expected = [("backward", None, "base.BaseTrainer.update"), ("step", "self.optimizer", "base.BaseTrainer.update")]
+    assert len(analysis.training_steps) == 2
+    assert step_events(analysis, 0) == step_events(analysis, 1) == expected  # self.update(...) and super().update(...)
+    assert codes(tmp_path) == {("trainer.py", 6, "GL002"), ("trainer.py", 10, "GL002"), ("base.py", 9, "GL002")}
+
+
+def test_an_instance_of_a_project_class_runs_its_methods(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "weighting.py": """\
+                import torch
+
+                class Weighting:
+                    def __init__(self, params):
+                        self.params = list(params)
+
+                    def backward(self, loss):
+                        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+                        loss.backward()
+            """,
+            "train.py": """\
+                import torch
+                from weighting import Weighting
+
+                def fit(model, loader):
+                    optimizer = torch.optim.Adam(model.parameters())
+                    weighting = Weighting(model.parameters())
+                    for batch in loader:
+                        optimizer.zero_grad()
+                        weighting.backward(model(batch).sum())
+                        optimizer.step()
+            """,
+        },
+    )
+    # Ordering across calls: the clip and the backward happen at the call, in the helper's order.
+    assert step_events(analysis_of(tmp_path, "train.py")) == [
+        ("clear", "optimizer", None),
+        ("clip", None, "weighting.Weighting.backward"),
+        ("backward", None, "weighting.Weighting.backward"),
+        ("step", "optimizer", None),
+    ]
+    assert codes(tmp_path) == {("train.py", 9, "GL007")}
+
+
+# 3. Across files
+
+
+@pytest.mark.parametrize(
+    ("files", "script"),
+    [
+        ({"pkg/__init__.py": "", "pkg/engine.py": ENGINE}, "from pkg.engine import train_step"),
+        ({"pkg/__init__.py": "", "pkg/engine.py": ENGINE}, "import pkg.engine as engine"),
+        (
+            {"pkg/__init__.py": "from .engine import train_step\n", "pkg/engine.py": ENGINE},
+            "from pkg import train_step",
+        ),
+        ({"pkg/__init__.py": "from .core import *\n", "pkg/core.py": ENGINE}, "from pkg import train_step"),
+        (
+            {
+                "pkg/__init__.py": "from pkg.inner import *\n",
+                "pkg/inner/__init__.py": "from .core import train_step\n",
+                "pkg/inner/core.py": ENGINE,
+            },
+            "from pkg import train_step",
+        ),
+        ({"src/pkg/__init__.py": "", "src/pkg/engine.py": ENGINE}, "from pkg.engine import train_step"),
+    ],
+    ids=["absolute", "module alias", "re-export", "star", "re-export chain", "src layout"],
+)
+def test_imports_resolve_to_the_function_across_files(tmp_path: Path, files: dict[str, str], script: str) -> None:
+    call = (
+        "engine.train_step(model, optimizer, batch)" if "as engine" in script else "train_step(model, optimizer, batch)"
+    )
+    write(
+        tmp_path,
+        {
+            **files,
+            "train.py": LOOP.replace("from engine import train_step", script).replace(
+                "train_step(model, optimizer, batch)", call
+            ),
+        },
+    )
+    assert {(path, code) for path, _, code in codes(tmp_path)} == {("train.py", "GL002")}
+
+
+def test_relative_imports_resolve_inside_a_package(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/training/__init__.py": "",
+            "app/training/engine.py": ENGINE,
+            "app/training/loop.py": LOOP.replace("from engine import", "from .engine import"),
+            "app/cli.py": LOOP.replace("from engine import", "from .training.engine import"),
+            "app/training/deep.py": LOOP.replace("from engine import", "from ..training.engine import"),
+        },
+    )
+    assert {path for path, _, _ in codes(tmp_path)} == {"app/training/loop.py", "app/cli.py", "app/training/deep.py"}
+
+
+def test_code_outside_the_project_keeps_its_assumptions(tmp_path: Path) -> None:
+    # `engine` is not a module of the project: the call is unknown, as it was before.
+    write(tmp_path, {"train.py": LOOP})
+    assert codes(tmp_path) == set()
+
+
+def test_an_outline_reads_definitions_imports_and_calls() -> None:
+    found = outline(
+        textwrap.dedent("""\
+            from . import engine
+            from .core import *
+            import torch.nn.functional as F
+
+            class Trainer(engine.Base):
+                def fit(self, batch):
+                    '''Calls in docs do not count: loss.backward()'''
+                    self.update(batch)
+                    return super().fit(F.relu(batch))
+        """).encode()
+    )
+    assert found is not None
+    assert found.classes["Trainer"].bases == (Ref("relative", "engine.Base", 1),)
+    assert found.stars == (Ref("relative", "core", 1),)
+    fit = found.function("Trainer.fit")
+    assert fit is not None and not fit.maybe_effects and fit.method
+    assert set(fit.calls) == {
+        Ref("class", "Trainer", method="update"),
+        Ref("super", "Trainer", method="fit"),
+        Ref("absolute", "torch.nn.functional.relu"),
+    }
+
+
+# The cache: a result is reused only while the modules it used are unchanged
+
+
+def test_a_cached_result_is_invalidated_when_only_an_imported_module_changes(tmp_path: Path) -> None:
+    write(tmp_path, {"engine.py": ENGINE, "train.py": LOOP})
+    cache = tmp_path / ".gradlint_cache"
+
+    def run() -> set[tuple[str, int, str]]:
+        return {(Path(d.path).name, d.line, d.code) for d in lint_paths([tmp_path], Config(), jobs=1, cache=cache)}
+
+    assert run() == {("train.py", 8, "GL002")}
+    assert run() == {("train.py", 8, "GL002")}  # warm
+    engine = tmp_path / "engine.py"
+    engine.write_text(
+        engine.read_text().replace("    loss.backward()", "    optimizer.zero_grad()\n    loss.backward()")
+    )
+    assert run() == set()  # train.py itself did not change: its entry named engine.py's content
+
+
+def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gradlint.engine
+
+    write(tmp_path, {"engine.py": ENGINE, "train.py": LOOP, "other.py": "import torch\n\ndef f(x):\n    return x\n"})
+    cache = tmp_path / ".gradlint_cache"
+    list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
+    linted: list[str] = []
+    real = gradlint.engine._lint_bytes
+
+    def counting(path, data, config, program):  # type: ignore[no-untyped-def]
+        linted.append(path.name)
+        return real(path, data, config, program)
+
+    monkeypatch.setattr(gradlint.engine, "_lint_bytes", counting)
+    (tmp_path / "other.py").write_text("import torch\n\ndef f(x):\n    return x + 1\n")
+    list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
+    assert "train.py" not in linted and "engine.py" not in linted
