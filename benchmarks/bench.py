@@ -3,6 +3,7 @@
     python benchmarks/bench.py                     # 400 files of the installed torch package
     python benchmarks/bench.py --limit 0           # all of them (about 2,300; long)
     python benchmarks/bench.py path/to/project --repeat 5
+    python benchmarks/bench.py --baseline ae3a3ac   # also time gradlint as it was at a commit
 
 The corpus's Python files are copied to a temporary directory first, so that every
 tool sees the same files with no configuration, .gitignore or site-packages exclusion
@@ -95,7 +96,10 @@ def default_corpus() -> Path:
     return Path(spec.origin).parent
 
 
-def rows_for(corpus: Path, file_list: Path) -> list[Row]:
+BASELINE = "gradlint --no-cache -j1, at the baseline commit"
+
+
+def rows_for(corpus: Path, file_list: Path, baseline: Path | None) -> list[Row]:
     gradlint = [sys.executable, "-m", "gradlint", "-q", "--exit-zero"]
     rows = [
         Row("libcst.parse_module, every file", [sys.executable, "-c", PARSE, str(file_list)]),
@@ -110,6 +114,8 @@ def rows_for(corpus: Path, file_list: Path) -> list[Row]:
                 [sys.executable, "-m", "flake8", "--jobs", "1", "--exit-zero", str(corpus)],
             )
         )
+    if baseline is not None:  # the same command, importing gradlint from a checkout of another commit
+        rows.append(Row(BASELINE, ["env", f"PYTHONPATH={baseline}", *gradlint, "--no-cache", "-j1", str(corpus)]))
     ruff = shutil.which("ruff")
     if ruff is not None:
         rows.append(
@@ -133,21 +139,35 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=400, help="files to copy, evenly spread (0: all; default 400)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row, for the median (default 3)")
     parser.add_argument("--json", type=Path, help="also write the measurements to this file")
+    parser.add_argument("--baseline", metavar="COMMIT", help="also time cold -j1 with gradlint as of this commit")
     options = parser.parse_args()
     source = (options.corpus or default_corpus()).resolve()
     with tempfile.TemporaryDirectory(prefix="gradlint-bench-") as temporary:
         workdir = Path(temporary)
+        baseline = workdir / "baseline" if options.baseline else None
+        if baseline is not None:
+            repository = Path(__file__).resolve().parent.parent
+            subprocess.run(
+                ["git", "-C", str(repository), "worktree", "add", "-q", "--detach", str(baseline), options.baseline],
+                check=True,
+            )
         corpus = workdir / source.name
         files = copy_corpus(source, corpus, options.limit)
         size = sum(path.stat().st_size for path in files)
         file_list = workdir / "files.txt"
         file_list.write_text("".join(f"{path}\n" for path in files))
         print(f"corpus: {len(files)} files, {size / 2**20:.1f} MB, copied from {source}", file=sys.stderr)
-        rows = rows_for(corpus, file_list)
-        for row in rows:
-            if row.label == "gradlint, warm cache":
-                subprocess.run(row.command, cwd=workdir, capture_output=True, check=False)  # fill the cache
-            measure(row, options.repeat, workdir)
+        rows = rows_for(corpus, file_list, baseline)
+        try:
+            for row in rows:
+                if row.label == "gradlint, warm cache":
+                    subprocess.run(row.command, cwd=workdir, capture_output=True, check=False)  # fill the cache
+                measure(row, options.repeat, workdir)
+        finally:
+            if baseline is not None:
+                subprocess.run(
+                    ["git", "-C", str(repository), "worktree", "remove", "--force", str(baseline)], check=False
+                )
     by_label = {row.label: row for row in rows}
     floor = rows[0].median
     print(f"\n{len(files)} files ({size / 2**20:.1f} MB) of {source}\n")
@@ -163,6 +183,9 @@ def main() -> None:
     print(f"| flake8+TorchFix / cold -j1 (target >= 5x) | {ratio(by_label, 'flake8 + TorchFix, one process', cold)} |")
     print(f"| warm / cold -j1 (target <= 0.05x) | {ratio(by_label, warm, cold)} |")
     print(f"| warm / Ruff (target <= 2x) | {ratio(by_label, warm, 'ruff check --select ALL --no-cache')} |")
+    if baseline is not None:
+        measured = ratio(by_label, cold, BASELINE)
+        print(f"| cold -j1 / cold -j1 at {options.baseline} (whole program, target <= 1.25x) | {measured} |")
     if options.json:
         measured = {row.label: {"seconds": row.seconds, "peak_kib": row.peak_kib} for row in rows}
         options.json.write_text(json.dumps({"files": len(files), "bytes": size, "rows": measured}, indent=2))

@@ -513,6 +513,33 @@ class Outlines:
         self._read_undecided = outer or self._read_undecided
         return result
 
+    def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
+        """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
+        if ref.kind == "class":
+            target: tuple[str, str] | None = (module, ref.name)
+        else:
+            dotted = self._absolute(ref, module)
+            target = self._definition(dotted, 0) if dotted is not None else None
+        found: list[str] = []
+        pending = [target] if target is not None else []
+        seen: set[tuple[str, str]] = set()
+        while pending and len(seen) < MAX_REEXPORTS * 4:
+            owner, name = pending.pop()
+            outlined = self.outline(owner)
+            if (owner, name) in seen or outlined is None or name not in outlined.classes:
+                continue
+            seen.add((owner, name))
+            for base in outlined.classes[name].bases:
+                found.append(base.name.rpartition(".")[2])
+                if base.kind == "class":
+                    pending.append((owner, base.name))
+                else:
+                    dotted = self._absolute(base, owner)
+                    located = self._definition(dotted, 0) if dotted is not None else None
+                    if located is not None:
+                        pending.append(located)
+        return tuple(found)
+
     def analysed(self, module: str, qualname: str) -> bool:
         """Whether the function deserves a LibCST summary: it may affect gradients, or its name says it computes a
         loss or runs a forward or training step, whose returned value a caller may keep or backpropagate."""

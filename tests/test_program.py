@@ -437,3 +437,98 @@ def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
     (tmp_path / "other.py").write_text("import torch\n\ndef f(x):\n    return x + 1\n")
     list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
     assert "train.py" not in linted and "engine.py" not in linted
+
+
+# 4. Ordering across calls, and helpers of the same module in the caller's terms
+
+
+def test_a_same_module_helper_acts_on_the_argument_it_is_given(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+
+                def update(optimizer):
+                    optimizer.step()
+
+                def fit(model, loader):
+                    opt = torch.optim.Adam(model.parameters())
+                    for batch in loader:
+                        opt.zero_grad()
+                        model(batch).sum().backward()
+                        update(opt)
+            """
+        },
+    )
+    assert step_events(analysis_of(tmp_path, "train.py")) == [
+        ("clear", "opt", None),
+        ("backward", None, None),
+        ("step", "opt", None),
+    ]
+    assert codes(tmp_path) == set()  # `optimizer` is `opt`, which the loop clears
+
+
+def test_an_optimizer_step_between_a_forward_and_its_backward_changes_saved_weights(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "updates.py": """\
+                def step_discriminator(d_loss, opt_d):
+                    opt_d.zero_grad()
+                    d_loss.backward()
+                    opt_d.step()
+            """,
+            "gan.py": """\
+                import torch
+                from updates import step_discriminator
+
+                def fit(generator, discriminator, loader, noise):
+                    opt_g = torch.optim.Adam(generator.parameters())
+                    opt_d = torch.optim.Adam(discriminator.parameters())
+                    for real in loader:
+                        fake = generator(noise())
+                        d_loss = -torch.log(discriminator(real)).mean() - torch.log(1 - discriminator(fake.detach())).mean()
+                        g_loss = torch.log(1 - discriminator(fake)).mean()
+                        step_discriminator(d_loss, opt_d)
+                        opt_g.zero_grad()
+                        g_loss.backward()
+                        opt_g.step()
+            """,
+        },
+    )
+    assert codes(tmp_path) == {("gan.py", 13, "GL004")}
+
+
+def test_a_project_class_is_a_model_when_its_bases_say_so(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "nets/__init__.py": "from .layers import Tower\n",
+            "nets/layers.py": """\
+                import torch.nn as nn
+
+                class Base(nn.Module):
+                    pass
+
+                class Tower(Base):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(2, 2)
+            """,
+            "train.py": """\
+                import torch
+                from nets import Tower
+
+                def fit(loader):
+                    tower = Tower()
+                    tower.fc.bias.zero_()
+                    opt = torch.optim.SGD(tower.parameters(), lr=0.1)
+                    for x in loader:
+                        opt.zero_grad()
+                        tower(x).sum().backward()
+                        opt.step()
+            """,
+        },
+    )
+    assert codes(tmp_path) == {("train.py", 6, "GL004")}

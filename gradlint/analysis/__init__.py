@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, partial
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -26,6 +26,7 @@ from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.tensors import TensorProofs
+from gradlint.analysis.updates import Updates
 from gradlint.analysis.values import GradValues, names_in
 from gradlint.rule import LINE_BREAK
 
@@ -40,7 +41,8 @@ class ModuleAnalysis:
         self.collected = collected
         self.imports = collected.imports
         self.program = program
-        self.roles = Roles(collected)
+        bases = partial(program.class_bases, imports=collected.imports) if program is not None else None
+        self.roles = Roles(collected, bases)
         self.events = EventIndex(collected, self.roles, program)
         self.values = GradValues(collected, self.roles, self.events)
         self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
@@ -143,6 +145,11 @@ class ModuleAnalysis:
             for event in self.events.scope_events(scope)
             if event.kind is kind and event.direct
         ]
+
+    @cached_property
+    def updates(self) -> Updates:
+        """Which models each optimizer updates, and steps that change weights a later backward needs."""
+        return Updates(self.collected, self.roles, self.origins, self.branches)
 
     @cached_property
     def freed_graphs(self) -> FreedGraphs:

@@ -106,8 +106,10 @@ class Leaves:
         if key.startswith("self.") and isinstance(scope, cst.FunctionDef):
             return self._held_by_attribute_of_self(key, scope)
         if isinstance(expression, cst.Attribute) and expression.attr.value in MODULE_PARAMETER_NAMES:
-            owner = expression.value
-            if self.roles.role(owner) is Role.MODEL and not self._is_frozen(owner):
+            owner: cst.BaseExpression = expression.value
+            while isinstance(owner, cst.Attribute) and self.roles.role(owner) is not Role.MODEL:
+                owner = owner.value  # model.emb.weight: a layer of a model
+            if self.roles.role(owner) is Role.MODEL and not self._is_frozen(expression.value):
                 return Held.LEAF  # model.fc.weight
         return Held.OTHER
 

@@ -27,7 +27,8 @@ from typing import TypeVar
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context
-from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref
+from gradlint.analysis.names import ImportMap
+from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref, name_ref
 from gradlint.analysis.steps import Event, EventIndex, Kind
 from gradlint.analysis.summaries import CALL, Effect, FunctionSummary, ModuleSummary, from_data, to_data
 from gradlint.cache import SummaryStore
@@ -273,6 +274,11 @@ class ModuleProgram:
                 callee if (callee is not None and callee.module != self.module) or _via_base(ref) else None
             )
         return self._callees[call]
+
+    def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
+        """The base class names (transitively) of the project class that `dotted` names through `imports`."""
+        ref = name_ref(dotted, imports)
+        return self.program.outlines.bases(ref, self.module) if ref is not None else ()
 
     def touches_effects(self, collected: Collected, events: EventIndex) -> bool:
         """Whether the module calls a function of another project module that may affect gradients."""

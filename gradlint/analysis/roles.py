@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from enum import Enum
 
 import libcst as cst
@@ -82,8 +83,10 @@ ANNOTATION_ROLES = {
 class Roles:
     """Answers which role an expression's symbol holds, from assignments, annotations and names."""
 
-    def __init__(self, collected: Collected) -> None:
+    def __init__(self, collected: Collected, project_bases: Callable[[str], tuple[str, ...]] | None = None) -> None:
         self.imports: ImportMap = collected.imports
+        # The bases of a class another module of the project defines (from the whole-program model).
+        self.project_bases = project_bases
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.annotations: dict[str, Role] = {}
         self.classes = {cls.name.value: cls for cls in collected.classes}
@@ -161,7 +164,7 @@ class Roles:
             name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
             if name in WRAPPERS and len(value.args) == 1:
                 return self._proven_role(value.args[0].value, seen)
-            return self._role_of_constructor(qualified, name)
+            return self._role_of_constructor(qualified, name, dotted_name(value.func))
         if key in self.annotations:
             return self.annotations[key]
         if key in seen:
@@ -198,9 +201,9 @@ class Roles:
             inner = self.role_of_value(value.args[0].value)
             if inner is not None:
                 return inner
-        return self._role_of_constructor(qualified, name)
+        return self._role_of_constructor(qualified, name, dotted_name(value.func))
 
-    def _role_of_constructor(self, qualified: str, name: str) -> Role | None:
+    def _role_of_constructor(self, qualified: str, name: str, local: str | None = None) -> Role | None:
         if name in NOT_OPTIMIZERS or ARGUMENT_PARSERS.fullmatch(name):
             return Role.OTHER
         if name in SCALERS:
@@ -213,6 +216,12 @@ class Roles:
             return Role.MODEL if self._inherits(name, tuple(MODEL_BASES)) else None
         if _is_model_constructor(qualified, name):
             return Role.MODEL
+        if self.project_bases is not None and local is not None and name[:1].isupper():
+            bases = self.project_bases(local)
+            if any(base.endswith("Loss") for base in bases):
+                return Role.LOSS_FN
+            if any(base in MODEL_BASES for base in bases):
+                return Role.MODEL  # Ex) from treelstm.model import SimilarityTreeLSTM (an nn.Module)
         return None
 
     def _inherits(self, class_name: str, suffixes: tuple[str, ...], depth: int = 0) -> bool:

@@ -394,9 +394,10 @@ class EventIndex:
                 context.loops + event.loops,
                 context.ifs + event.ifs,
                 context.no_grad or event.no_grad,
-                event.value,
+                _rebound(event.value, helper, site),
                 event.via_scaler,
                 event.retain_graph,
+                event.via,
             )
             for event in self.scope_events(helper, depth + 1)
             if not (
@@ -474,6 +475,38 @@ class EventIndex:
         return steps
 
 
+def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
+    """A helper's event value in the caller's terms: `def update(optimizer)` called as `update(opt_d)` steps `opt_d`.
+
+    Only a parameter given a plain name or attribute is rebound; anything else keeps the helper's expression.
+    """
+    if value is None or not isinstance(site, cst.Call) or any(arg.star for arg in site.args):
+        return value
+    dotted = dotted_name(value)
+    if dotted is None:
+        return value
+    head, *rest = dotted.split(".")
+    given = _arguments(helper, site).get(head)
+    if given is None or dotted_name(given) is None or head in ("self", "cls"):
+        return value
+    for name in rest:
+        given = cst.Attribute(value=given, attr=cst.Name(name))
+    return given
+
+
+def _arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """The helper's parameters mapped to what `call` passes them (by position, then keyword)."""
+    positional = list(helper.params.posonly_params) + list(helper.params.params)
+    if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        positional = positional[1:]
+    given: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(arg for arg in call.args if arg.keyword is None):
+        if index < len(positional):
+            given[positional[index].name.value] = arg.value
+    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    return given
+
+
 def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     """Parameters of `helper` that are None or False at `call`: name -> whether the value is None.
 
@@ -485,11 +518,7 @@ def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     positional = list(helper.params.posonly_params) + list(helper.params.params)
     if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
         positional = positional[1:]
-    given: dict[str, cst.BaseExpression] = {}
-    for index, arg in enumerate(arg for arg in call.args if arg.keyword is None):
-        if index < len(positional):
-            given[positional[index].name.value] = arg.value
-    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    given = _arguments(helper, call)
     off = {}
     for param in [*positional, *helper.params.kwonly_params]:
         value = given.get(param.name.value, param.default)
@@ -502,8 +531,15 @@ def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | N
     """Whether the body of `if test` runs when the parameters `off` are switched off (None: not decided).
 
     `if p` and `if not p` are decided for None and False; `if p is None` and `if p is not None`
-    only for None (False is not None).
+    only for None (False is not None). `a and b` does not run when either side does not;
+    `a or b` runs when either side does.
     """
+    if isinstance(test, cst.BooleanOperation):
+        sides = (runs_when_off(test.left, off), runs_when_off(test.right, off))
+        decisive = not isinstance(test.operator, cst.And)
+        if decisive in sides:
+            return decisive
+        return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
     if isinstance(test, cst.Name) and test.value in off:
         return False
     if (

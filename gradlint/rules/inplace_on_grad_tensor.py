@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis import Kind
+from gradlint.analysis import Kind, TrainingStep
 from gradlint.analysis.mutations import InPlace
 from gradlint.rule import Rule
 
@@ -28,12 +28,18 @@ class InplaceOnGradTensor(Rule):
       input. Changing it (`y = torch.exp(x); y += 1`) makes the next `backward()`
       raise `RuntimeError: one of the variables needed for gradient computation has
       been modified by an inplace operation`.
+    - A model's weights, which `optimizer.step()` updates in place: a loss computed
+      through the model before its optimizer steps, and backpropagated after (a GAN
+      that steps the discriminator between computing the generator's loss and
+      backpropagating it), raises the same error (PyTorch 1.5 and later). The step
+      may be written in the loop or run by a helper, of this module or another.
 
     Use the out-of-place form (`y = y + 1`, `h = h.mul(2)`), or change leaves under
     `torch.no_grad()`. Changes inside `no_grad`, through `.data`, on tensors that
     never required grad (data batches, masks, buffers, metrics), on fresh results
     nothing saved (`h = lin(x); h.relu_()`) and `nn.ReLU(inplace=True)` layers are
-    fine and not reported. Manual updates from a gradient are GL003's.
+    fine and not reported, as is a loss computed again after the step, or through
+    `.detach()`ed outputs only. Manual updates from a gradient are GL003's.
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a
@@ -86,6 +92,20 @@ class InplaceOnGradTensor(Rule):
                 story += [(site, "backward needs the saved value here") for site in self._backwards_after(operation)]
                 named = f"`{target}`, saved for backward, is modified in place, so backward raises {INPLACE_ERROR}"
                 self.report(operation.node, named, related=story)
+
+    def check_step(self, step: TrainingStep) -> None:
+        # Ex) a GAN that steps the discriminator between computing the generator's loss and backpropagating it
+        for stale in self.analysis.updates.stale(step):
+            loss, stepped = self.analysis.code(stale.backward.value), self.analysis.code(stale.step.site)  # type: ignore[arg-type]
+            named = (
+                f"`{stepped}` changes `{stale.model}`'s weights in place after `{loss}` was computed through them, "
+                f"so `{self.analysis.code(stale.backward.site)}` raises {INPLACE_ERROR}"
+            )
+            story = [
+                (stale.computed, f"`{loss}` is computed through `{stale.model}` here"),
+                (stale.step.site, f"the optimizer updates `{stale.model}` in place here"),
+            ]
+            self.report(stale.backward.site, named, related=story)
 
     def _backpropagated(self, operation: InPlace) -> bool:
         """Whether a backward may run through the modified tensor after the operation."""
