@@ -92,14 +92,19 @@ class MissingZeroGrad(Rule):
         if not optimizers:
             return self.message
         names = " and ".join(dict.fromkeys(f"`{self.analysis.code(value)}`" for value in optimizers))
-        return f"the gradients that {names} steps with are never cleared, so each step adds onto the last"
+        named = f"the gradients that {names} steps with are never cleared, so each step adds onto the last"
+        helpers = list(dict.fromkeys(event.via for event in step.events if event.via is not None))
+        if helpers:
+            named += " (" + ", ".join(f"`{helper}`" for helper in helpers) + " runs in the step)"
+        return named
 
     def _story(self, step: TrainingStep) -> list[tuple[cst.CSTNode, str]]:
         """The training step that never clears, and the optimizer steps that apply the summed gradients."""
         where = "function" if isinstance(step.node, cst.FunctionDef) else "loop"
         story: list[tuple[cst.CSTNode, str]] = [(step.node, f"nothing in this {where} clears the gradients")]
         story += [
-            (event.site, "steps with the gradients of every backward so far") for event in step.of_kind(Kind.STEP)
+            (event.site, "steps with the gradients of every backward so far" + _in(event))
+            for event in step.of_kind(Kind.STEP)
         ]
         return story
 
@@ -290,3 +295,8 @@ def _copies(value: cst.BaseExpression) -> bool:
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value in ("detach", "clone")
     )
+
+
+def _in(event: Event) -> str:
+    """Where an event reached through a call of another module happens."""
+    return f", in `{event.via}`" if event.via is not None else ""
