@@ -533,3 +533,78 @@ def test_a_project_class_is_a_model_when_its_bases_say_so(tmp_path: Path) -> Non
         },
     )
     assert codes(tmp_path) == {("train.py", 6, "GL004")}
+
+
+def test_known_calls_keep_their_meaning_in_the_project_that_defines_them(tmp_path: Path) -> None:
+    # Linting PyTorch itself: `torch.optim.SGD(...).step()` and `torch.autograd.grad` are the project's code.
+    write(
+        tmp_path,
+        {
+            "torch/__init__.py": "from . import autograd, optim\n",
+            "torch/optim/__init__.py": """\
+                class SGD:
+                    def __init__(self, params, lr):
+                        self.params = list(params)
+
+                    def step(self):
+                        for p in self.params:
+                            p.data.add_(p.grad)
+            """,
+            "torch/autograd/__init__.py": """\
+                def grad(outputs, inputs, retain_graph=None):
+                    outputs.backward(retain_graph=retain_graph)
+                    return [x.grad for x in inputs]
+            """,
+            "torch/testing/__init__.py": "",
+            "torch/testing/helpers.py": """\
+                import torch
+
+                def fit(model, loader):
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for batch in loader:
+                        opt.zero_grad()
+                        model(batch).sum().backward()
+                        opt.step()
+
+                def warm_up(f, x):
+                    results = []
+                    for _ in range(3):
+                        results.append(torch.autograd.grad(f(x), [x], retain_graph=True))
+                    return results
+
+                def check_once(model, loader):
+                    fit(model, loader)
+            """,
+        },
+    )
+    assert codes(tmp_path) == set()
+    assert step_events(analysis_of(tmp_path, "torch/testing/helpers.py")) == [
+        ("clear", "opt", None),
+        ("backward", None, None),
+        ("step", "opt", None),
+    ]
+
+
+def test_a_function_that_runs_a_training_loop_once_is_not_itself_a_step(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "engine.py": """\
+                import torch
+
+                def run(model, loader):
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for batch in loader:
+                        model(batch).sum().backward()
+                        opt.step()
+            """,
+            "app.py": """\
+                from engine import run
+
+                def main(model, loader):
+                    run(model, loader)
+            """,
+        },
+    )
+    # The loop that never clears is reported where it is, not again at each caller.
+    assert codes(tmp_path) == {("engine.py", 6, "GL002")}

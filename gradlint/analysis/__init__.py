@@ -184,12 +184,16 @@ class ModuleAnalysis:
             self._statements_in[region] = found
         return self._statements_in[region]
 
-    def rebinds(self, region: Loop | cst.FunctionDef, key: str) -> bool:
+    def rebinds(self, region: Loop | cst.FunctionDef, key: str, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
         """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`).
 
         The assignment may unpack (`losses, accs = [], []`) or be annotated (`losses: list[Tensor] = []`).
+        A method of this module called on the object does it too: `pi.train_net()` whose body sets
+        `self.data = []` gives `pi.data` a fresh start.
         """
         for statement in self.statements_in(region):
+            if self._rebinds_through_method(statement, key, seen):
+                return True
             if isinstance(statement, cst.Assign) and key not in set(names_in(statement.value)):
                 if any(key in _bound_keys(target.target) for target in statement.targets):
                     return True
@@ -203,6 +207,22 @@ class ModuleAnalysis:
                 if isinstance(func, cst.Attribute) and func.attr.value == "clear" and dotted_name(func.value) == key:
                     return True
         return False
+
+    def _rebinds_through_method(
+        self, statement: cst.BaseSmallStatement, key: str, seen: frozenset[cst.FunctionDef]
+    ) -> bool:
+        if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call)):
+            return False
+        call = statement.value
+        if not isinstance(call.func, cst.Attribute):
+            return False
+        owner = dotted_name(call.func.value)
+        if owner is None or not key.startswith(owner + "."):
+            return False
+        method = self.events.resolve_instance_method(call) or self.events.resolve_helper(call)
+        if method is None or method in seen:
+            return False
+        return self.rebinds(method, "self." + key[len(owner) + 1 :], seen | {method})
 
     def backpropagated_names(self, region: Loop | cst.FunctionDef) -> set[str]:
         """Names whose value reaches a backward inside `region`, through assignments."""

@@ -27,6 +27,7 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.forwards import constructs, fetches_module
+from gradlint.analysis.frameworks import optimizes_manually
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import EventIndex, Kind
@@ -203,7 +204,13 @@ class _Walker:
         self.entries: dict[tuple[int, str], int] = {}  # (container's own node, key) -> the entry's node
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
         self.exits: list[_State] = []
-        self.returns_backpropagated = isinstance(scope, cst.FunctionDef) and scope.name.value == LIGHTNING_STEP
+        # Lightning backpropagates what training_step returns, unless the class optimizes manually.
+        owner = graphs.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
+        self.returns_backpropagated = (
+            isinstance(scope, cst.FunctionDef)
+            and scope.name.value == LIGHTNING_STEP
+            and not (owner is not None and optimizes_manually(graphs.collected, owner))
+        )
 
     def walk_scope(self) -> None:
         if isinstance(self.scope, cst.Module):

@@ -313,6 +313,7 @@ class ModuleProgram:
                     effect.via_scaler,
                     effect.retain_graph,
                     via=callee.origin,
+                    repeats=effect.repeated,
                 )
             )
         return found

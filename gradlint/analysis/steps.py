@@ -18,7 +18,7 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
-from gradlint.analysis.roles import Roles
+from gradlint.analysis.roles import Role, Roles
 
 if TYPE_CHECKING:
     from gradlint.analysis.origins import Origins
@@ -66,6 +66,7 @@ class Event:
     via_scaler: bool = False
     retain_graph: bool = False
     via: str | None = None  # the project function (in another module) the event happens in
+    repeats: bool = False  # it runs in a loop of that function
 
     @property
     def direct(self) -> bool:
@@ -231,13 +232,15 @@ class EventIndex:
         return None
 
     def _on_instance(self, call: cst.Call) -> bool:
-        """Whether `call` is a method call on `self` or on an instance of a class the module shows."""
+        """Whether `call` is a method call on an instance of a class the module shows (`weighting.backward(loss)`).
+
+        `self.manual_backward(loss)`, `self.zero_grad()` and an optimizer's `step()` keep the meaning
+        their names give them, even where the project defines them (linting Lightning or PyTorch itself).
+        """
         func = call.func
-        if not isinstance(func, cst.Attribute):
+        if not isinstance(func, cst.Attribute) or self.instance_class(call) is None:
             return False
-        return (isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")) or self.instance_class(
-            call
-        ) is not None
+        return self.roles.role(func.value) not in (Role.OPTIMIZER, Role.SCALER)  # `opt.step()` is a step
 
     def outside(self, call: cst.Call) -> FunctionSummary | None:
         """The summary of the function in another module of the project that `call` runs, if known."""
@@ -364,7 +367,7 @@ class EventIndex:
                 if passed is not None:
                     self.called.add(passed)
                     events.extend(self._inline(passed, item, context, depth))
-            helper = self.resolve_helper(item)
+            helper = self.resolve_helper(item) or self.resolve_instance_method(item)
             if helper is not None:
                 # A same-module `backward()`/`step()` wrapper counts through its body only.
                 self.called.add(helper)
@@ -398,6 +401,7 @@ class EventIndex:
                 event.via_scaler,
                 event.retain_graph,
                 event.via,
+                event.repeats,
             )
             for event in self.scope_events(helper, depth + 1)
             if not (
@@ -468,7 +472,7 @@ class EventIndex:
             ):
                 steps.append(TrainingStep(loop, self.context(loop).scope, loop_events[loop]))
         for function in self.functions:
-            loose = tuple(event for event in all_events[function] if not event.loops)
+            loose = tuple(event for event in all_events[function] if not event.loops and not event.repeats)
             if function not in self.called and _backprops_and_steps(loose):
                 steps.append(TrainingStep(function, function, all_events[function]))
         steps.sort(key=lambda step: self.collected.order[step.node])
@@ -486,8 +490,13 @@ def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cs
     if dotted is None:
         return value
     head, *rest = dotted.split(".")
-    given = _arguments(helper, site).get(head)
-    if given is None or dotted_name(given) is None or head in ("self", "cls"):
+    func = site.func
+    if head in ("self", "cls"):  # `pi.train_net()` runs `self.optimizer.step()` on `pi.optimizer`
+        on_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == head
+        given = func.value if isinstance(func, cst.Attribute) and not on_self else None
+    else:
+        given = _arguments(helper, site).get(head)
+    if given is None or dotted_name(given) is None:
         return value
     for name in rest:
         given = cst.Attribute(value=given, attr=cst.Name(name))

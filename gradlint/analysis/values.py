@@ -200,19 +200,19 @@ class GradValues:
         if helper is not None:
             always, if_args = self.returns_grad(helper)
             return always or (if_args and args_grad)
-        outside = self.events.outside(call)
-        if outside is not None:
-            return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
         qualified = self.roles.imports.resolve(func) or ""
         name = last_name(func) or ""
         if qualified.endswith("autograd.grad"):
             return _creates_graph(call)  # the gradients have a graph of their own only with create_graph=True
         if qualified.startswith("torch."):
-            return name not in NON_GRAD_TORCH and args_grad
+            return name not in NON_GRAD_TORCH and args_grad  # known, even where the project is PyTorch
         if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
             return False
         if name in ("sum", "max", "min", "abs", "stack", "cat"):
             return args_grad
+        outside = self.events.outside(call)
+        if outside is not None:
+            return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
         return self._is_forward_call(func, method, scope)
 
     def _is_forward_call(self, func: cst.BaseExpression, method: str | None, scope: Scope) -> bool:

@@ -97,10 +97,13 @@ class LossAccumulation(Rule):
         # Ex) meter.update(loss, n) with `def update(self, val, n): self.sum += val * n`
         kept = self._kept_by_method(call, node)
         if kept is not None:
-            self._check(node, _container_key(call.func.value), kept)
+            container = _container_key(call.func.value)
+            value, attribute = kept
+            self._check(node, container, value, f"{container}.{attribute}" if container else None)
 
-    def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> cst.BaseExpression | None:
-        """The graph-carrying argument a same-module method adds or appends to an attribute of its object."""
+    def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> tuple[cst.BaseExpression, str] | None:
+        """The graph-carrying argument a same-module method adds or appends to an attribute of its object,
+        and that attribute (`sum` for `self.sum += val * n`)."""
         method = self.analysis.events.resolve_instance_method(call)
         if method is None:
             return None
@@ -111,10 +114,14 @@ class LossAccumulation(Rule):
             kept = _kept_names(inner)
             for name, value in bound.items():
                 if name in kept and self.analysis.is_grad(value, statement):
-                    return value
+                    return value, kept[name]
         return None
 
-    def _check(self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression) -> None:
+    def _check(
+        self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression, store: str | None = None
+    ) -> None:
+        """Report `value` kept in `key` across the iterations of a training step; `store` is the attribute of
+        `key` that a method keeps it in, whose fresh start (`pi.train_net()` setting `self.data = []`) counts."""
         analysis = self.analysis
         if key is None or not analysis.is_grad(value, statement):
             return
@@ -140,6 +147,8 @@ class LossAccumulation(Rule):
         else:
             region_node = region
         if analysis.rebinds(region_node, key) or key in analysis.backpropagated_names(region_node):
+            return
+        if store is not None and analysis.rebinds(region_node, store):
             return
         if isinstance(context.scope, cst.FunctionDef) and key in analysis.backpropagated_names(context.scope):
             return  # kept on purpose: the function backpropagates the kept values later
@@ -258,20 +267,20 @@ def _container_key(node: cst.BaseExpression) -> str | None:
     return dotted_name(node)
 
 
-def _kept_names(statement: cst.BaseSmallStatement) -> set[str]:
-    """Names a method keeps on `self`: `self.sum += val * n`, `self.values.append(val)`."""
+def _kept_names(statement: cst.BaseSmallStatement) -> dict[str, str]:
+    """Names a method keeps on `self`, and the attribute: `self.sum += val * n`, `self.values.append(val)`."""
     if (
         isinstance(statement, cst.AugAssign)
         and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign))
-        and (dotted_name(statement.target) or "").startswith("self.")
+        and (target := dotted_name(statement.target) or "").startswith("self.")
     ):
-        return set(names_in(statement.value))
+        return dict.fromkeys(names_in(statement.value), target[len("self.") :])
     if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
         call = statement.value
         if (
             isinstance(call.func, cst.Attribute)
             and call.func.attr.value in CONTAINER_METHODS
-            and (dotted_name(call.func.value) or "").startswith("self.")
+            and (container := dotted_name(call.func.value) or "").startswith("self.")
         ):
-            return {name for arg in call.args for name in names_in(arg.value)}
-    return set()
+            return {name: container[len("self.") :] for arg in call.args for name in names_in(arg.value)}
+    return {}
