@@ -39,12 +39,14 @@ def run_rules(
     path: str,
     program: ModuleProgram | None = None,
     more: list[type[Rule]] | None = None,
+    source: bytes = b"",
 ) -> list[Diagnostic]:
     """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run.
 
     With `program`, calls into the project's other modules are judged by their summaries,
-    and the rules `more` (which the file's own text gave no reason to run) run too when
-    the module calls a project function of another module that affects gradients.
+    and the rules of `more` (which the file's own text gave no reason to run) run too when
+    the module's `source` and the code its calls run in other modules hold what they need
+    (`requires`).
     """
     more = more or []
     wanted = frozenset(
@@ -56,8 +58,8 @@ def run_rules(
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if not analysis.is_torch_code:
         return []
-    if more and program is not None and program.touches_effects(analysis.collected, analysis.events):
-        rules = [*rules, *more]
+    if more and program is not None:
+        rules = [*rules, *_firing_through_calls(source, more, program, analysis)]
     diagnostics: list[Diagnostic] = []
     for rule_class in rules:
         rule = rule_class(analysis)
@@ -69,6 +71,25 @@ def run_rules(
             continue
         diagnostics.extend(_at(analysis, rule, path, reported) for reported in rule.reported)
     return sorted(set(diagnostics))
+
+
+def _firing_through_calls(
+    source: bytes, more: list[type[Rule]], program: ModuleProgram, analysis: ModuleAnalysis
+) -> list[type[Rule]]:
+    """The rules of `more` that could fire once the code the module's calls run elsewhere is counted."""
+    from gradlint.engine import could_fire
+
+    wanted = frozenset(
+        token
+        for rule in more
+        for clause in rule.requires
+        for token in ((clause,) if isinstance(clause, bytes) else clause)
+    )
+    reached = program.reached_tokens(analysis.collected, analysis.events, wanted)
+    if not reached:
+        return []
+    text = source + b"\0" + b"\0".join(sorted(reached))
+    return [rule for rule in more if could_fire(rule, text)]
 
 
 def _run_rule(rule: Rule, analysis: ModuleAnalysis) -> None:

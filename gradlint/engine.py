@@ -147,7 +147,7 @@ def _lint_alone_or_whole(
     view = checking.module_program(program, path) if program is not None else None
     try:
         loaded, more = [rule.load() for rule in rules], [rule.load() for rule in rest] if view is not None else []
-        diagnostics = checking.run_rules(module, loaded, path, view, more)
+        diagnostics = checking.run_rules(module, loaded, path, view, more, data)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     return _filter(diagnostics, text, config, noqa)

@@ -114,6 +114,13 @@ class ModuleOutline:
         """Whether `name` is a function or class of the module's top level."""
         return name in self.classes or name in self.spans
 
+    def code(self, qualname: str) -> bytes:
+        """The source of a function or method (or TOP_LEVEL, the module's own statements)."""
+        if qualname == TOP_LEVEL:
+            return b"".join(b"".join(self.lines[start - 1 : end]) for start, end in self.top_level)
+        span = self.spans.get(qualname)
+        return b"".join(self.lines[span.start - 1 : span.end]) if span is not None else b""
+
     def qualnames(self) -> list[str]:
         """Every function and method, and TOP_LEVEL."""
         return [*self.spans, TOP_LEVEL]
@@ -296,6 +303,8 @@ class Outlines:
         self._recording: list[set[str]] = []
         self._calls_effects: dict[tuple[Path, str], bool] = {}
         self._resolved: dict[tuple[Ref, str], tuple[tuple[str, str] | None, frozenset[str]]] = {}
+        self._definitions: dict[str, tuple[tuple[str, str] | None, frozenset[str]]] = {}
+        self._defining: set[str] = set()
 
     def note(self, modules: Iterable[str]) -> None:
         """Record `modules` as read by every recording in progress."""
@@ -431,38 +440,61 @@ class Outlines:
         return ".".join([*base, ref.name]) if ref.name else ".".join(base)
 
     def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
-        """(module, qualname) where `dotted` is defined, following re-exports."""
+        """(module, qualname) where `dotted` is defined, following re-exports.
+
+        Each dotted name is looked up once (star imports that import each other would
+        otherwise fan out at every hop); one being looked up again while its lookup runs
+        is not defined along that path.
+        """
+        if dotted in self._definitions:
+            target, read = self._definitions[dotted]
+            self.note(read)
+            return target
+        if dotted in self._defining or hops > MAX_REEXPORTS:
+            return None
+        self._defining.add(dotted)
+        reads = self.record()
+        try:
+            target = self._define(dotted, hops)
+        finally:
+            self.stop(reads)
+            self._defining.discard(dotted)
+        self._definitions[dotted] = target, frozenset(reads)
+        self.note(reads)
+        return target
+
+    def _define(self, dotted: str, hops: int) -> tuple[str, str] | None:
         parts = dotted.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             module, rest = ".".join(parts[:cut]), parts[cut:]
-            found = self.outline(module)
+            if self.outline(module) is not None:
+                return self._in_module(module, rest, hops)
+        return None
+
+    def _in_module(self, module: str, rest: list[str], hops: int) -> tuple[str, str] | None:
+        """Where `rest` (`name` or `Class.method`) seen from `module` is defined: there, where an import of it
+        points, or in a module its star imports reach (each module visited once)."""
+        head, pending, visited = rest[0], [module], {module}
+        while pending:
+            current = pending.pop(0)
+            found = self.outline(current)
             if found is None:
                 continue
-            head = rest[0]
             if found.defines(head):
-                return module, ".".join(rest)
-            if hops < MAX_REEXPORTS:
-                if head in found.names:
-                    target = self._absolute(found.names[head], module)
-                    if target is not None:
-                        return self._definition(".".join([target, *rest[1:]]), hops + 1)
-                for star in found.stars:
-                    base = self._absolute(star, module)
-                    if base is not None:
-                        located = self._definition(".".join([base, *rest]), hops + 1)
-                        if located is not None:
-                            return located
-            return None
+                return current, ".".join(rest)
+            if head in found.names:
+                target = self._absolute(found.names[head], current)
+                return self._definition(".".join([target, *rest[1:]]), hops + 1) if target is not None else None
+            for star in found.stars:
+                base = self._absolute(star, current)
+                if base is not None and base not in visited:
+                    visited.add(base)
+                    pending.append(base)
         return None
 
     def _star(self, module: str, name: str) -> tuple[str, str] | None:
-        found = self.outline(module)
-        for star in found.stars if found is not None else ():
-            base = self._absolute(star, module)
-            located = self._definition(f"{base}.{name}", 0) if base is not None else None
-            if located is not None:
-                return located
-        return None
+        """A bare name of `module` that only its star imports can bind."""
+        return self._in_module(module, [name], 0)
 
     def _method(self, module: str, cls: str, method: str, *, skip_own: bool, seen: set[str]) -> tuple[str, str] | None:
         """Where `method` of class `cls` (of `module`) is defined, through the project's base classes."""
@@ -539,6 +571,26 @@ class Outlines:
                     if located is not None:
                         pending.append(located)
         return tuple(found)
+
+    def reached_tokens(self, module: str, qualname: str, tokens: frozenset[bytes]) -> frozenset[bytes]:
+        """Which of `tokens` the code of the function, and of the project functions it calls that may affect
+        gradients, contains: what a caller's prefilter counts as written, since those functions run there."""
+        found: set[bytes] = set()
+        pending, seen = [(module, qualname)], {(module, qualname)}
+        while pending and found != tokens:
+            current = pending.pop()
+            outlined = self.outline(current[0])
+            function = outlined.function(current[1]) if outlined is not None else None
+            if function is None or not self.affects(*current):
+                continue
+            code = outlined.code(current[1])  # type: ignore[union-attr]  # function is not None
+            found.update(token for token in tokens if token in code)
+            for ref in function.calls:
+                target = self.resolve(ref, current[0])
+                if target is not None and target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+        return frozenset(found)
 
     def analysed(self, module: str, qualname: str) -> bool:
         """Whether the function deserves a LibCST summary: it may affect gradients, or its name says it computes a

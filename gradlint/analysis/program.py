@@ -280,12 +280,24 @@ class ModuleProgram:
         ref = name_ref(dotted, imports)
         return self.program.outlines.bases(ref, self.module) if ref is not None else ()
 
-    def touches_effects(self, collected: Collected, events: EventIndex) -> bool:
-        """Whether the module calls a function of another project module that may affect gradients."""
-        return any(
-            (callee := self.callee_of(call, events.context(call), events)) is not None and callee.effects
-            for call in collected.calls
-        )
+    def reached_tokens(self, collected: Collected, events: EventIndex, tokens: frozenset[bytes]) -> frozenset[bytes]:
+        """Which of `tokens` the functions of other project modules that this module calls, and that may affect
+        gradients, contain (their code runs here). Decided from outlines alone: summaries are made only for the
+        calls rules then ask about."""
+        outlines = self.program.outlines
+        found: set[bytes] = set()
+        for call in collected.calls:
+            context = events.context(call)
+            if not events.worth_following(context):
+                continue  # its effects would not become events here (`EventIndex.worth_following`)
+            classes: set[str | None] = set(events.possible_classes(call)) or {None}
+            for ref in {call_ref(call.func, context, events.imports, cls) for cls in classes}:
+                target = outlines.resolve(ref, self.module) if ref is not None else None
+                if target is not None and (target[0] != self.module or _via_base(ref)):
+                    found |= outlines.reached_tokens(*target, tokens)
+            if found == tokens:
+                break
+        return frozenset(found)
 
     def call_events(self, call: cst.Call, context: Context, events: EventIndex) -> list[Event] | None:
         """The gradient events `call` runs in another module, bound to this call's arguments."""

@@ -8,12 +8,15 @@ other modules' outlines. Building refs never reads another file.
 
 from __future__ import annotations
 
+import builtins
+
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context
 from gradlint.analysis.names import ImportMap, dotted_name
 from gradlint.index import Ref
 
+BUILTINS = frozenset(dir(builtins))  # `len(x)` in a module with star imports is the builtin
 # Ports for the literals that switch a parameter off: `train_step(model, batch, optimizer=None)`.
 OFF_NONE = "=None"
 OFF_FALSE = "=False"
@@ -53,8 +56,8 @@ def name_ref(dotted: str, imports: ImportMap, *, local_classes: bool = False) ->
         return Ref("absolute", f"{base}.{rest}" if rest else base)
     if local_classes:
         return Ref("class", dotted)
-    if not rest and imports.stars:
-        return Ref("star", head)
+    if not rest and imports.stars and head not in BUILTINS:
+        return Ref("star", head)  # Ex) from .layers import * ... conv_block(x)
     return None
 
 

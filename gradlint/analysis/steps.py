@@ -129,6 +129,7 @@ class EventIndex:
         self.roles = roles
         self.program = program
         self._origins: Origins | None = None
+        self._gradient_scopes: dict[Scope, bool] = {}
         self.imports: ImportMap = collected.imports
         self.functions = collected.functions
         self._scope_items = self._group_by_scope()
@@ -193,8 +194,8 @@ class EventIndex:
         if not isinstance(func, cst.Attribute):
             return None
         key = dotted_name(func.value)
-        if key is None:
-            return None
+        if key is None or not any(isinstance(value, cst.Call) for value in self.roles.values.get(key, ())):
+            return None  # never built by a call in this module: nothing to look up
         built = self._reaching_values(key, call)
         if built is None:
             built = self.roles.values.get(key, [])
@@ -203,6 +204,13 @@ class EventIndex:
             return None  # `obj` holds instances of one class wherever it is bound
         (name,) = classes
         return name
+
+    def possible_classes(self, call: cst.Call) -> set[str]:
+        """Every class `obj` is built from anywhere in the module, for `obj.method(...)` (an over-approximation)."""
+        func = call.func
+        key = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+        built = self.roles.values.get(key, []) if key is not None else []
+        return {name for value in built if isinstance(value, cst.Call) and (name := dotted_name(value.func))}
 
     def _reaching_values(self, key: str, call: cst.Call) -> list[cst.BaseExpression] | None:
         statement = self.collected.statement_of.get(call)
@@ -230,6 +238,16 @@ class EventIndex:
                 if found is not None:
                     return found
         return None
+
+    def worth_following(self, context: Context) -> bool:
+        """Whether a call here may matter to a rule through another module's effects: it runs in a loop, in
+        no_grad, or in a scope with gradient events of its own (a step whose backward or step is in a helper)."""
+        if context.loops or context.no_grad:
+            return True
+        scope = context.scope
+        if scope not in self._gradient_scopes:
+            self._gradient_scopes[scope] = any(self.classify(item) is not None for item in self.items_of(scope))
+        return self._gradient_scopes[scope]
 
     def _on_instance(self, call: cst.Call) -> bool:
         """Whether `call` is a method call on an instance of a class the module shows (`weighting.backward(loss)`).
@@ -372,7 +390,11 @@ class EventIndex:
                 # A same-module `backward()`/`step()` wrapper counts through its body only.
                 self.called.add(helper)
                 return [*events, *self._inline(helper, item, context, depth)]
-            if self.program is not None and (self.classify(item) is None or self._on_instance(item)):
+            if (
+                self.program is not None
+                and (self.classify(item) is None or self._on_instance(item))
+                and self.worth_following(context)
+            ):
                 # A known call (`loss.backward()`, `torch.autograd.grad`) is what it says, even in the
                 # project that defines it; a method of the project's own class is what its body does.
                 outside = self.program.call_events(item, context, self)

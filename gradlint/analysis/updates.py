@@ -19,7 +19,7 @@ from gradlint.analysis.branches import Branches
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE, Origins
-from gradlint.analysis.roles import Roles
+from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import Event, Kind, TrainingStep
 from gradlint.analysis.values import DETACHING_METHODS
 
@@ -45,6 +45,10 @@ class Updates:
         self.roles = roles
         self.origins = origins
         self.branches = branches
+
+    def builds_optimizers(self) -> bool:
+        """Whether the module builds an optimizer (`Adam(D.parameters())`), which a step can be traced to."""
+        return any(self.roles.role_of_value(call) is Role.OPTIMIZER for call in self.collected.calls)
 
     def updated_models(self, optimizer: cst.BaseExpression) -> set[str]:
         """The models whose parameters `optimizer` was built on: `Adam(D.parameters())`, param groups, sums."""

@@ -72,6 +72,7 @@ class InplaceOnGradTensor(Rule):
     """
 
     def check_module(self) -> None:
+        self._check_optimizer_steps()
         analysis = self.analysis
         for operation in analysis.mutations.operations:
             if not analysis.callers.with_grad(operation.statement) or analysis.mutations.is_update(operation):
@@ -93,8 +94,15 @@ class InplaceOnGradTensor(Rule):
                 named = f"`{target}`, saved for backward, is modified in place, so backward raises {INPLACE_ERROR}"
                 self.report(operation.node, named, related=story)
 
-    def check_step(self, step: TrainingStep) -> None:
-        # Ex) a GAN that steps the discriminator between computing the generator's loss and backpropagating it
+    def _check_optimizer_steps(self) -> None:
+        # Ex) a GAN that steps the discriminator between computing the generator's loss and backpropagating it.
+        # Only a module that builds an optimizer knows which model it updates: the others skip the steps.
+        if not self.analysis.updates.builds_optimizers():
+            return
+        for step in self.analysis.training_steps:
+            self._check_stale_weights(step)
+
+    def _check_stale_weights(self, step: TrainingStep) -> None:
         for stale in self.analysis.updates.stale(step):
             loss, stepped = self.analysis.code(stale.backward.value), self.analysis.code(stale.step.site)  # type: ignore[arg-type]
             named = (
