@@ -262,7 +262,7 @@ class EventIndex:
 
     def outside(self, call: cst.Call) -> FunctionSummary | None:
         """The summary of the function in another module of the project that `call` runs, if known."""
-        if self.program is None or call not in self.collected.contexts:
+        if self.program is None or call not in self.collected.contexts or not self.worth_following(self.context(call)):
             return None
         return self.program.returns(call, self.context(call), self)
 
