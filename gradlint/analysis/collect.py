@@ -177,6 +177,19 @@ class Collected:
         """The calls whose innermost function (or the module) is `scope`, in evaluation order."""
         return self._calls_by_scope.get(scope, [])
 
+    def calls_in_statement(self, statement: cst.CSTNode) -> list[cst.Call]:
+        """The calls of a simple statement, in evaluation order."""
+        return self._calls_by_statement.get(statement, [])
+
+    @cached_property
+    def _calls_by_statement(self) -> dict[cst.CSTNode, list[cst.Call]]:
+        grouped: dict[cst.CSTNode, list[cst.Call]] = {}
+        for call in self.calls:
+            statement = self.statement_of.get(call)
+            if statement is not None:
+                grouped.setdefault(statement, []).append(call)
+        return grouped
+
     def enables_grad(self, scope: Scope) -> bool:
         """Whether `scope` turns autograd back on itself (`with torch.enable_grad():`, `set_grad_enabled`)."""
         return any(last_name(call.func) in ("enable_grad", "set_grad_enabled") for call in self.calls_in_scope(scope))

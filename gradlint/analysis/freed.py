@@ -87,11 +87,6 @@ class FreedGraphs:
         self.collected = collected
         self.events = events
         self.values = values
-        self._calls: dict[cst.CSTNode, list[cst.Call]] = {}
-        for call in collected.calls:
-            statement = collected.statement_of.get(call)
-            if statement is not None:
-                self._calls.setdefault(statement, []).append(call)
 
     def reuses(self) -> list[Reuse]:
         """Every backward of the module that runs through a graph freed before it, in source order."""
@@ -187,7 +182,7 @@ class FreedGraphs:
 
     def calls_of(self, statement: cst.CSTNode) -> list[cst.Call]:
         """The calls of a simple statement in evaluation order."""
-        return self._calls.get(statement, [])
+        return self.collected.calls_in_statement(statement)
 
 
 class _Walker:

@@ -12,7 +12,7 @@ import builtins
 
 import libcst as cst
 
-from gradlint.analysis.collect import Collected, Context
+from gradlint.analysis.collect import Context
 from gradlint.analysis.names import ImportMap, dotted_name
 from gradlint.index import Ref
 
@@ -102,9 +102,3 @@ def all_params(function: cst.FunctionDef) -> frozenset[str]:
         if isinstance(star, cst.Param):
             names.append(star.name.value)
     return frozenset(names)
-
-
-def class_of(collected: Collected, function: cst.FunctionDef) -> str | None:
-    """The name of the class `function` is a method of, if any."""
-    owner = collected.owners.get(function)
-    return owner.name.value if owner is not None else None

@@ -122,7 +122,7 @@ class Updates:
             return set()
         seen.add(statement)
         called = set()
-        for call in _calls_in(statement):
+        for call in self.collected.calls_in_statement(statement):
             func = call.func
             callee = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
             name = dotted_name(callee)
