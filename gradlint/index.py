@@ -60,6 +60,8 @@ class FunctionOutline:
     keyword_only: tuple[str, ...] = ()
     defaults_off: tuple[tuple[str, bool], ...] = ()  # parameter -> whether its default is None (else False)
     method: bool = False
+    varargs: str | None = None  # the name of `*args`
+    varkw: str | None = None  # the name of `**kwargs`
     maybe_effects: bool = False
     calls: tuple[Ref, ...] = ()
 
@@ -75,6 +77,8 @@ class ClassOutline:
 TOP_LEVEL = "<module>"  # the qualname under which an outline keeps the module's own statements
 # A call in source text: a dotted name and its opening parenthesis (`engine.train_step(`), or `super().m(`.
 _CALL = re.compile(rb"(?<![\w.])(super\(\)\.\w+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
+# The function `functools.partial(train_step, model)` wraps: it runs where the partial is called.
+_PARTIAL = re.compile(rb"(?<![\w.])(?:functools\.)?partial\(\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*[,)]")
 _STRINGS = re.compile(rb'(?s)"""(?:[^\\]|\\.)*?"""|\'\'\'(?:[^\\]|\\.)*?\'\'\'|#[^\r\n]*')
 _NOT_CALLS = frozenset(
     {"if", "elif", "while", "for", "return", "and", "or", "not", "in", "is", "lambda", "yield", "await", "assert",
@@ -92,6 +96,8 @@ class Span:
     params: tuple[str, ...]
     keyword_only: tuple[str, ...]
     defaults_off: tuple[tuple[str, bool], ...]
+    varargs: str | None = None
+    varkw: str | None = None
 
 
 @dataclass
@@ -141,6 +147,8 @@ class ModuleOutline:
                     span.keyword_only,
                     span.defaults_off,
                     method=span.owner is not None,
+                    varargs=span.varargs,
+                    varkw=span.varkw,
                     maybe_effects=_effects(code),
                     calls=self._calls(code, span.owner),
                 )
@@ -151,7 +159,8 @@ class ModuleOutline:
     def _calls(self, code: bytes, owner: str | None) -> tuple[Ref, ...]:
         local = {name for name in self.spans if "." not in name}
         found = []
-        for match in _CALL.finditer(_STRINGS.sub(b"", code)):
+        code = _STRINGS.sub(b"", code)
+        for match in (*_CALL.finditer(code), *_PARTIAL.finditer(code)):
             text = match[1].decode("ascii", "replace")
             if text in _NOT_CALLS:
                 continue
@@ -226,7 +235,9 @@ def _span(node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Sp
     body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
     start = body[0].lineno if body else node.lineno
     end = node.end_lineno or node.lineno
-    return Span(start, end, owner, tuple(names), tuple(arg.arg for arg in args.kwonlyargs), defaults_off)
+    keyword_only = tuple(arg.arg for arg in args.kwonlyargs)
+    varargs, varkw = (star.arg if star is not None else None for star in (args.vararg, args.kwarg))
+    return Span(start, end, owner, tuple(names), keyword_only, defaults_off, varargs, varkw)
 
 
 def _record_import(node: ast.stmt, names: dict[str, Ref], stars: list[Ref]) -> None:

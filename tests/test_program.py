@@ -609,3 +609,94 @@ def test_a_function_that_runs_a_training_loop_once_is_not_itself_a_step(tmp_path
     )
     # The loop that never clears is reported where it is, not again at each caller.
     assert codes(tmp_path) == {("engine.py", 6, "GL002")}
+
+
+# Arguments passed on: *args/**kwargs, functools.partial, bound methods
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "def run(*args, **kwargs):\n    return train_step(*args, **kwargs)\n",
+        "def run(model, *args):\n    return train_step(model, *args)\n",
+        "def run(**kwargs):\n    return train_step(**kwargs)\n",
+    ],
+    ids=["args-and-kwargs", "args", "kwargs"],
+)
+@pytest.mark.parametrize("where", ["same module", "other module"])
+def test_a_wrapper_passes_its_star_arguments_on(tmp_path: Path, wrapper: str, where: str) -> None:
+    call = "run(model=model, optimizer=opt_g, batch=batch)" if "(**" in wrapper else "run(model, opt_g, batch)"
+    loop = textwrap.dedent(f"""\
+        import torch
+
+        def fit(model, loader):
+            opt_g = torch.optim.SGD(model.parameters(), lr=0.1)
+            for batch in loader:
+                {call}
+    """)
+    if where == "same module":
+        write(tmp_path, {"train.py": textwrap.dedent(ENGINE) + "\n\n" + wrapper + "\n\n" + loop})
+    else:
+        write(
+            tmp_path,
+            {"engine.py": textwrap.dedent(ENGINE) + "\n\n" + wrapper, "train.py": "from engine import run\n" + loop},
+        )
+    steps = [event for event in step_events(analysis_of(tmp_path, "train.py")) if event[0] == "step"]
+    assert [target for _, target, _ in steps] == ["opt_g"]
+    line = (tmp_path / "train.py").read_text().splitlines().index(f"        {call}") + 1
+    assert ("train.py", line, "GL002") in codes(tmp_path)  # stepped every batch, never cleared
+
+
+def test_an_argument_passed_on_by_keyword_or_position_binds_either_way(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "engine.py": textwrap.dedent(ENGINE)
+            + "\n\ndef run(*args, **kwargs):\n    return train_step(*args, **kwargs)\n",
+            "train.py": """\
+                import torch
+                from engine import run
+
+                def fit(model, loader):
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for batch in loader:
+                        opt.zero_grad()
+                        run(model, optimizer=opt, batch=batch)
+                        run(model, opt, batch)
+            """,
+        },
+    )
+    events = step_events(analysis_of(tmp_path, "train.py"))
+    assert [event for event in events if event[0] == "step"] == [("step", "opt", "engine.run")] * 2
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [
+        "step = functools.partial(train_step, model, opt)\n    for batch in loader:\n        step(batch)",
+        "step = partial(train_step, optimizer=opt)\n    for batch in loader:\n        step(model, batch=batch)",
+        "step = trainer.train_step\n    for batch in loader:\n        step(model, opt, batch)",
+    ],
+    ids=["partial", "partial-keyword", "bound-method"],
+)
+@pytest.mark.parametrize("where", ["same module", "other module"])
+def test_a_partial_or_a_bound_method_runs_what_it_wraps(tmp_path: Path, bound: str, where: str) -> None:
+    engine = textwrap.dedent(ENGINE) + "\n\nclass Trainer:\n    def train_step(self, model, optimizer, batch):\n"
+    engine += "        return train_step(model, optimizer, batch)\n"
+    loop = textwrap.dedent("""\
+        import functools
+        from functools import partial
+
+        import torch
+
+        def fit(model, loader):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            trainer = Trainer()
+            {bound}
+    """).format(bound=bound)
+    if where == "same module":
+        write(tmp_path, {"train.py": engine + "\n\n" + loop})
+    else:
+        write(tmp_path, {"engine.py": engine, "train.py": "from engine import Trainer, train_step\n" + loop})
+    events = step_events(analysis_of(tmp_path, "train.py"), -1)  # fit's: train_step is a step of its own
+    assert [(kind, target) for kind, target, _ in events if kind == "step"] == [("step", "opt")]

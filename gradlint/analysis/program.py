@@ -35,6 +35,8 @@ from gradlint.cache import SummaryStore
 from gradlint.index import Outlines, Ref
 
 V = TypeVar("V")
+# Between the alternatives of a port that a wrapper spreads: `args[1]|kwargs[opt]`.
+EITHER = "|"
 # A recursive group whose effects still change after this many rounds keeps its last round.
 MAX_ROUNDS = 12
 
@@ -112,7 +114,13 @@ class Program:
         if function is None:
             return None
         return FunctionSummary(
-            function.params, function.keyword_only, function.defaults_off, method=function.method, analysed=False
+            function.params,
+            function.keyword_only,
+            function.defaults_off,
+            method=function.method,
+            analysed=False,
+            varargs=function.varargs,
+            varkw=function.varkw,
         )
 
     def callee(self, ref: Ref, module: str) -> Callee | None:
@@ -174,8 +182,10 @@ class Program:
                 continue
             arguments = dict(effect.args)
             positional = [bound for name, bound in effect.args if name.isdigit()]
-            keywords = {name: bound for name, bound in effect.args if not name.isdigit() and name != "self"}
+            keywords = {name: bound for name, bound in effect.args if name.isidentifier() and name != "self"}
             binding = bind(callee, positional, keywords, arguments.get("self"))
+            given = len(positional) + (callee.method and arguments.get("self") is not None)
+            _spread_into(binding, callee.params[given:], callee.keyword_only, arguments.get("*"), arguments.get("**"))
             off = switched_off(callee, binding, _port_off, effect.star)
             for inner in self.effects(*target):
                 if dropped(inner, off):
@@ -197,17 +207,45 @@ class Program:
 def bind(
     callee: FunctionSummary, positional: Sequence[V], keywords: Mapping[str, V], receiver: V | None
 ) -> dict[str, V]:
-    """The callee's parameters mapped to the values a call gives them (missing: not given)."""
+    """The callee's parameters mapped to the values a call gives them (missing: not given).
+
+    What `*args` and `**kwargs` take is bound as `args[0]`, `args[1]`, ... and `kwargs[name]`:
+    the ports through which a wrapper passes them on (`_spread_into`).
+    """
     params = list(callee.params)
     bound: dict[str, V] = {}
     if receiver is not None and callee.method and params:
         bound[params.pop(0)] = receiver
     for name, value in zip(params, positional, strict=False):
         bound[name] = value
+    if callee.varargs is not None:
+        for index, value in enumerate(positional[len(params) :]):
+            bound[f"{callee.varargs}[{index}]"] = value
     for name, value in keywords.items():
         if name in callee.params or name in callee.keyword_only:
             bound[name] = value
+        elif callee.varkw is not None:
+            bound[f"{callee.varkw}[{name}]"] = value
     return bound
+
+
+def _spread_into(
+    binding: dict[str, str | None],
+    rest: Sequence[str],
+    keyword_only: Sequence[str],
+    args: str | None,
+    kwargs: str | None,
+) -> None:
+    """Bind what a wrapper spreads (`inner(model, *args, **kwargs)`) to the callee's parameters that the call
+    leaves open (`rest`: the positional ones after those given): the wrapper's `args[i]` and `kwargs[name]`
+    ports, which its own callers bind (`bind`)."""
+    for index, name in enumerate(rest):
+        ports = ([f"{args}[{index}]"] if args else []) + ([f"{kwargs}[{name}]"] if kwargs else [])
+        if ports:
+            binding.setdefault(name, EITHER.join(ports))  # by position or by keyword: whichever the caller gives
+    for name in keyword_only:
+        if kwargs:
+            binding.setdefault(name, f"{kwargs}[{name}]")
 
 
 def switched_off(
@@ -229,9 +267,17 @@ def switched_off(
 
 def dropped(effect: Effect, off: Mapping[str, bool]) -> bool:
     """Whether a switched-off parameter keeps `effect` from running."""
-    return any(off.get(name) is True for name in effect.needs) or any(
-        off.get(name) is False for name in effect.needs_true
+    return any(lookup(off, name) is True for name in effect.needs) or any(
+        lookup(off, name) is False for name in effect.needs_true
     )
+
+
+def lookup(binding: Mapping[str, V], key: str) -> V | None:
+    """`binding[key]`, where a spread port names its alternatives (`args[1]|kwargs[opt]`): the first bound."""
+    for alternative in key.split(EITHER):
+        if alternative in binding:
+            return binding[alternative]
+    return None
 
 
 def _port_off(port: str | None) -> bool | None:
@@ -243,7 +289,7 @@ def _substitute(port: str | None, binding: Mapping[str, str | None]) -> str | No
     if port is None:
         return None
     head, _, rest = port.partition(".")
-    base = binding.get(head)
+    base = lookup(binding, head)
     if base is None or base.startswith("="):
         return None
     result = f"{base}.{rest}" if rest else base
@@ -252,9 +298,8 @@ def _substitute(port: str | None, binding: Mapping[str, str | None]) -> str | No
 
 def _lifted(needs: tuple[str, ...], binding: Mapping[str, str | None]) -> set[str]:
     """The caller's parameters that a callee's `needs` pass through unchanged."""
-    return {
-        bound for name in needs if (bound := binding.get(name)) is not None and "." not in bound and "=" not in bound
-    }
+    lifted = (lookup(binding, name) for name in needs)
+    return {bound for bound in lifted if bound is not None and "." not in bound and "=" not in bound}
 
 
 class ModuleProgram:
@@ -265,10 +310,14 @@ class ModuleProgram:
         self.module = module
         self._callees: dict[cst.Call, Callee | None] = {}
 
-    def callee_of(self, call: cst.Call, context: Context, events: EventIndex) -> Callee | None:
-        """The project function in another module (or a base class there) that `call` runs."""
+    def callee_of(
+        self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
+    ) -> Callee | None:
+        """The project function in another module (or a base class there) that `call` runs (as `view`, its
+        `EventIndex.call_view`, writes it)."""
         if call not in self._callees:
-            ref = call_ref(call.func, context, events.imports, events.instance_class(call))
+            func = (view or call).func
+            ref = call_ref(func, context, events.imports, events.instance_class(view or call, call))
             callee = self.program.callee(ref, self.module) if ref is not None else None
             self._callees[call] = (
                 callee if (callee is not None and callee.module != self.module) or _via_base(ref) else None
@@ -290,8 +339,9 @@ class ModuleProgram:
             context = events.context(call)
             if not events.worth_following(context):
                 continue  # its effects would not become events here (`EventIndex.worth_following`)
-            classes: set[str | None] = set(events.possible_classes(call)) or {None}
-            for ref in {call_ref(call.func, context, events.imports, cls) for cls in classes}:
+            view = events.call_view(call)
+            classes: set[str | None] = set(events.possible_classes(view)) or {None}
+            for ref in {call_ref(view.func, context, events.imports, cls) for cls in classes}:
                 target = outlines.resolve(ref, self.module) if ref is not None else None
                 if target is not None and (target[0] != self.module or _via_base(ref)):
                     found |= outlines.reached_tokens(*target, tokens)
@@ -299,13 +349,17 @@ class ModuleProgram:
                 break
         return frozenset(found)
 
-    def call_events(self, call: cst.Call, context: Context, events: EventIndex) -> list[Event] | None:
-        """The gradient events `call` runs in another module, bound to this call's arguments."""
-        callee = self.callee_of(call, context, events)
+    def call_events(
+        self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
+    ) -> list[Event] | None:
+        """The gradient events `call` runs in another module, bound to this call's arguments (as `view` writes
+        them: `EventIndex.call_view`)."""
+        callee = self.callee_of(call, context, events, view)
         if callee is None:
             return None
-        binding = self.binding(call, callee)
-        off = switched_off(callee.summary, binding, _literal_off, any(arg.star for arg in call.args))
+        given = view or call
+        binding = self.binding(given, callee)
+        off = switched_off(callee.summary, binding, _literal_off, any(arg.star for arg in given.args))
         found = []
         for effect in callee.effects:
             if effect.kind not in KINDS or dropped(effect, off):
@@ -364,7 +418,7 @@ def _value(port: str | None, binding: Mapping[str, cst.BaseExpression]) -> cst.B
     if port is None:
         return None
     head, *rest = port.split(".")
-    value = binding.get(head)
+    value = lookup(binding, head)
     if value is None:
         return None
     for name in rest:

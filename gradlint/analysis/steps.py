@@ -139,10 +139,11 @@ class EventIndex:
         self._top_functions = {
             function.name.value: function
             for function, scope in collected.def_scopes.items()
-            if isinstance(scope, cst.Module)
+            if isinstance(scope, cst.Module) and function not in collected.owners  # a method is not a bare name
         }
         self._methods = self._index_methods()
         self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
+        self._views: dict[cst.Call, cst.Call] = {}
         for function in reversed(self.functions):  # the first definition of a name wins
             scope = collected.def_scopes[function]
             if isinstance(scope, cst.FunctionDef):
@@ -167,9 +168,15 @@ class EventIndex:
         """The same-module function or method a call runs, if it can be known."""
         return self._resolve_callee(call.func, self.context(call))
 
-    def resolve_instance_method(self, call: cst.Call) -> cst.FunctionDef | None:
-        """The method of a same-module class that `obj.method(...)` runs, when `obj` is built from that class."""
-        name = self.instance_class(call)
+    def resolve_view(self, view: cst.Call, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function or method that `call` runs, as its `call_view` writes it."""
+        return self._resolve_callee(view.func, self.context(call))
+
+    def resolve_instance_method(self, call: cst.Call, at: cst.Call | None = None) -> cst.FunctionDef | None:
+        """The method of a same-module class that `obj.method(...)` runs, when `obj` is built from that class.
+
+        `at`: the call as written, when `call` is its view (`call_view`)."""
+        name = self.instance_class(call, at)
         owner = self.roles.classes.get(name or "")
         if owner is None or name in self.roles.redefined or not isinstance(call.func, cst.Attribute):
             return None
@@ -184,11 +191,11 @@ class EventIndex:
             self._origins = Origins(self.collected)
         return self._origins
 
-    def instance_class(self, call: cst.Call) -> str | None:
+    def instance_class(self, call: cst.Call, at: cst.Call | None = None) -> str | None:
         """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class.
 
-        The assignments of `obj` that reach the call decide; an attribute bound in another
-        method (`self.weighting`) is judged by every assignment of it in the module.
+        The assignments of `obj` that reach the call (`at`, when `call` is its view) decide; an attribute
+        bound in another method (`self.weighting`) is judged by every assignment of it in the module.
         """
         func = call.func
         if not isinstance(func, cst.Attribute):
@@ -196,7 +203,7 @@ class EventIndex:
         key = dotted_name(func.value)
         if key is None or not any(isinstance(value, cst.Call) for value in self.roles.values.get(key, ())):
             return None  # never built by a call in this module: nothing to look up
-        built = self._reaching_values(key, call)
+        built = self._reaching_values(key, at or call)
         if built is None:
             built = self.roles.values.get(key, [])
         classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
@@ -204,6 +211,26 @@ class EventIndex:
             return None  # `obj` holds instances of one class wherever it is bound
         (name,) = classes
         return name
+
+    def call_view(self, call: cst.Call) -> cst.Call:
+        """What `call` runs, written out, when its callee is a name bound to a partial application or a method:
+        `step(batch)` after `step = functools.partial(train_step, model, opt)` is `train_step(model, opt, batch)`;
+        after `step = trainer.train_step`, it is `trainer.train_step(batch)`. Else `call` itself."""
+        func = call.func
+        if not isinstance(func, cst.Name) or func.value not in self.roles.values:
+            return call
+        if call not in self._views:
+            reaching = self._reaching_values(func.value, call)
+            value = reaching[0] if reaching is not None and len(reaching) == 1 else None
+            self._views[call] = call
+            if isinstance(value, (cst.Name, cst.Attribute)) and dotted_name(value) is not None:
+                self._views[call] = call.with_changes(func=value)
+            elif isinstance(value, cst.Call) and self._is_partial(value):
+                self._views[call] = _applied(value, call)
+        return self._views[call]
+
+    def _is_partial(self, call: cst.Call) -> bool:
+        return self.imports.resolve(call.func) == "functools.partial"
 
     def possible_classes(self, call: cst.Call) -> set[str]:
         """Every class `obj` is built from anywhere in the module, for `obj.method(...)` (an over-approximation)."""
@@ -379,17 +406,19 @@ class EventIndex:
         context = self.context(item)
         events: list[Event] = []
         if isinstance(item, cst.Call):
-            # A function passed by name (an LBFGS closure) runs as part of the call.
-            for arg in item.args:
+            # A function passed by name (an LBFGS closure) runs as part of the call; one given to
+            # `functools.partial` runs where the partial is called (`call_view`).
+            for arg in () if self._is_partial(item) else item.args:
                 passed = self._resolve_callee(arg.value, context) if isinstance(arg.value, cst.Name) else None
                 if passed is not None:
                     self.called.add(passed)
                     events.extend(self._inline(passed, item, context, depth))
-            helper = self.resolve_helper(item) or self.resolve_instance_method(item)
+            view = self.call_view(item)
+            helper = self.resolve_view(view, item) or self.resolve_instance_method(view, item)
             if helper is not None:
                 # A same-module `backward()`/`step()` wrapper counts through its body only.
                 self.called.add(helper)
-                return [*events, *self._inline(helper, item, context, depth)]
+                return [*events, *self._inline(helper, item, context, depth, view)]
             if (
                 self.program is not None
                 and (self.classify(item) is None or self._on_instance(item))
@@ -397,7 +426,7 @@ class EventIndex:
             ):
                 # A known call (`loss.backward()`, `torch.autograd.grad`) is what it says, even in the
                 # project that defines it; a method of the project's own class is what its body does.
-                outside = self.program.call_events(item, context, self)
+                outside = self.program.call_events(item, context, self, view)
                 if outside is not None:
                     return [*events, *outside]
         classified = self.classify(item)
@@ -408,8 +437,12 @@ class EventIndex:
             )
         return events
 
-    def _inline(self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int) -> list[Event]:
-        off = _switched_off(helper, site) if isinstance(site, cst.Call) else {}
+    def _inline(
+        self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int, view: cst.Call | None = None
+    ) -> list[Event]:
+        """The helper's events at `site`, its parameters bound to what the call (as `view` writes it) passes."""
+        given = view or site
+        off = _switched_off(helper, given) if isinstance(given, cst.Call) else {}
         exits = self.exits_without(helper, off)
         return [
             Event(
@@ -419,7 +452,7 @@ class EventIndex:
                 context.loops + event.loops,
                 context.ifs + event.ifs,
                 context.no_grad or event.no_grad,
-                _rebound(event.value, helper, site),
+                _rebound(event.value, helper, given),
                 event.via_scaler,
                 event.retain_graph,
                 event.via,
@@ -504,13 +537,15 @@ class EventIndex:
 def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
     """A helper's event value in the caller's terms: `def update(optimizer)` called as `update(opt_d)` steps `opt_d`.
 
-    Only a parameter given a plain name or attribute is rebound; anything else keeps the helper's expression.
+    Only a parameter given a plain name or attribute is rebound (or an item of a spread one, `args[1]`, that a
+    wrapper passes on); anything else keeps the helper's expression.
     """
-    if value is None or not isinstance(site, cst.Call) or any(arg.star for arg in site.args):
+    if value is None or not isinstance(site, cst.Call):
         return value
     dotted = dotted_name(value)
     if dotted is None:
-        return value
+        given = _spread_arguments(helper, site).get(_spread_key(value) or "")
+        return given if given is not None and _passable(given) else value
     head, *rest = dotted.split(".")
     func = site.func
     if head in ("self", "cls"):  # `pi.train_net()` runs `self.optimizer.step()` on `pi.optimizer`
@@ -518,24 +553,93 @@ def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cs
         given = func.value if isinstance(func, cst.Attribute) and not on_self else None
     else:
         given = _arguments(helper, site).get(head)
-    if given is None or dotted_name(given) is None:
+    if given is None or not _passable(given):
         return value
     for name in rest:
         given = cst.Attribute(value=given, attr=cst.Name(name))
     return given
 
 
-def _arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
-    """The helper's parameters mapped to what `call` passes them (by position, then keyword)."""
+def _passable(value: cst.BaseExpression) -> bool:
+    """A name, an attribute path, or an item of a spread parameter (`args[0]`): what rebinding carries."""
+    return dotted_name(value) is not None or _spread_key(value) is not None
+
+
+def _spread_key(value: cst.BaseExpression) -> str | None:
+    """`args[0]` or `kwargs["opt"]` as the key `_spread_arguments` uses, for an item of a name."""
+    if not (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) and len(value.slice) == 1):
+        return None
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index) or not isinstance(index.value, (cst.Integer, cst.SimpleString)):
+        return None
+    item = index.value.value if isinstance(index.value, cst.Integer) else index.value.evaluated_value
+    return f"{value.value.value}[{item}]" if isinstance(item, str) else None
+
+
+def _positional_params(helper: cst.FunctionDef, call: cst.Call) -> list[cst.Param]:
     positional = list(helper.params.posonly_params) + list(helper.params.params)
     if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
         positional = positional[1:]
+    return positional
+
+
+def _arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """The helper's parameters mapped to what `call` passes them (by position, then keyword).
+
+    A spread argument (`*args`, `**kwargs`) fills the parameters after the positional ones with its items:
+    `inner(model, *args)` gives inner's second parameter `args[0]`.
+    """
+    positional = _positional_params(helper, call)
     given: dict[str, cst.BaseExpression] = {}
-    for index, arg in enumerate(arg for arg in call.args if arg.keyword is None):
+    index = 0
+    for arg in call.args:
+        if arg.keyword is not None or arg.star == "**":
+            continue
+        if arg.star == "*":
+            for offset, param in enumerate(positional[index:]):
+                given.setdefault(param.name.value, _item(arg.value, cst.Integer(str(offset))))
+            break
         if index < len(positional):
             given[positional[index].name.value] = arg.value
+        index += 1
     given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    for arg in call.args:
+        if arg.star == "**":
+            for param in (*positional, *helper.params.kwonly_params):
+                given.setdefault(param.name.value, _item(arg.value, cst.SimpleString(f'"{param.name.value}"')))
     return given
+
+
+def _spread_arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """What `call` passes to the helper's `*args` and `**kwargs`, as `args[0]`, `kwargs[opt]`, ..."""
+    found: dict[str, cst.BaseExpression] = {}
+    params = helper.params
+    if isinstance(params.star_arg, cst.Param):
+        extra = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        for index, value in enumerate(extra[len(_positional_params(helper, call)) :]):
+            found[f"{params.star_arg.name.value}[{index}]"] = value
+    if isinstance(params.star_kwarg, cst.Param):
+        named = {param.name.value for param in (*_positional_params(helper, call), *params.kwonly_params)}
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value not in named:
+                found[f"{params.star_kwarg.name.value}[{arg.keyword.value}]"] = arg.value
+    return found
+
+
+def _applied(partial: cst.Call, call: cst.Call) -> cst.Call:
+    """`call` of what `functools.partial(f, *given, **keywords)` returns, as the call of `f` it makes."""
+    if not partial.args or partial.args[0].keyword is not None or partial.args[0].star:
+        return call
+    given = partial.args[1:]
+    named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    positional = [arg for arg in (*given, *call.args) if arg.keyword is None]
+    keywords = [arg for arg in given if arg.keyword is not None and arg.keyword.value not in named]
+    keywords += [arg for arg in call.args if arg.keyword is not None]
+    return cst.Call(func=partial.args[0].value, args=[*positional, *keywords])
+
+
+def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
+    return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
 
 
 def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
@@ -546,9 +650,7 @@ def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     """
     if any(arg.star for arg in call.args):
         return {}  # *args or **kwargs: anything may be passed
-    positional = list(helper.params.posonly_params) + list(helper.params.params)
-    if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
-        positional = positional[1:]
+    positional = _positional_params(helper, call)
     given = _arguments(helper, call)
     off = {}
     for param in [*positional, *helper.params.kwonly_params]:

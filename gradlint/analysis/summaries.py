@@ -40,7 +40,9 @@ class Effect:
     None: opt.step()`); `needs_true`: those that switch it off when False. A CALL holds
     its `callee` and `args`: (callee parameter, caller port) pairs, by position ("0",
     "1", ...), by keyword, or "self" for the receiver of a method call; `star` when
-    `*args`/`**kwargs` pass more. `origin` says where the effect is written (`module.qualname`).
+    `*args`/`**kwargs` pass more; a call that spreads a parameter of its own (`inner(*args, **kwargs)`)
+    records it as ("*", port) and ("**", port), after the positional arguments. `origin` says where the
+    effect is written (`module.qualname`).
     `unsure`: a `.step()` on a parameter whose role the function cannot know (an optimizer
     or a scheduler): the caller decides from the argument it passes. `enables_grad`: the
     function turns autograd back on (`with torch.enable_grad():`), whatever its caller does.
@@ -75,6 +77,8 @@ class FunctionSummary:
     elements: tuple[tuple[bool, bool], ...] | None = None  # per element of a returned tuple
     method: bool = False
     analysed: bool = True  # False: built from the outline alone, so what it returns is unknown
+    varargs: str | None = None  # the name of `*args`, which takes positional arguments beyond `params`
+    varkw: str | None = None  # the name of `**kwargs`, which takes keywords that name no parameter
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
             returns_grad_if_args=item["returns_grad_if_args"],
             elements=tuple((a, b) for a, b in item["elements"]) if item["elements"] is not None else None,
             method=item["method"],
+            varargs=item["varargs"],
+            varkw=item["varkw"],
         )
         for name, item in data["functions"].items()
     }
@@ -165,6 +171,8 @@ class _Summarizer:
             returns_grad_if_args=if_args,
             elements=self.analysis.values.returned_elements(function),
             method=function in self.collected.owners,
+            varargs=_star_name(function.params.star_arg),
+            varkw=_star_name(function.params.star_kwarg),
         )
 
     def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:
@@ -209,18 +217,19 @@ class _Summarizer:
                     found.append(helper)
         return found
 
-    def _call_effect(self, call: cst.Call, params: frozenset[str], common: dict[str, Any]) -> Effect | None:
+    def _call_effect(self, written: cst.Call, params: frozenset[str], common: dict[str, Any]) -> Effect | None:
+        call = self.events.call_view(written)  # `step(batch)` after `step = partial(train_step, model)`
         func = call.func
         receiver = func.value if isinstance(func, cst.Attribute) else None
         method = last_name(func)
         if receiver is not None and method in ("train", "eval"):
             mode = EVAL if method == "eval" or _is_false(call) else TRAIN
             return Effect(mode, port(receiver, params), **common)
-        if self.analysis.roles.role_of_value(call) is Role.OPTIMIZER:
+        if self.analysis.roles.role_of_value(written) is Role.OPTIMIZER:
             return Effect(BUILDS_OPTIMIZER, **common)
         if method == "step" and not call.args and port(receiver, params) not in (None, "self"):
             return Effect(Kind.STEP.value, port(receiver, params), unsure=True, **common)
-        ref = self.callee_ref(call)
+        ref = self.callee_ref(written, call)
         if ref is None:
             return None
         args = [(str(index), port(arg.value, params)) for index, arg in enumerate(_positional(call))]
@@ -229,20 +238,22 @@ class _Summarizer:
             args.append(("self", "self"))
         elif receiver is not None and (ref.method or ref.kind == "local"):
             args.append(("self", port(receiver, params)))
+        args += _spread(call, params)
         star = any(arg.star for arg in call.args)
         return Effect(CALL, callee=ref, args=tuple(args), star=star, **common)
 
-    def callee_ref(self, call: cst.Call) -> Ref | None:
-        """The reference `call` makes outside this module: same-module functions are refs to this module."""
-        helper = self.events.resolve_helper(call)
+    def callee_ref(self, call: cst.Call, view: cst.Call) -> Ref | None:
+        """The reference `call` (as `view` writes it) makes outside this module: same-module functions are refs
+        to this module."""
+        helper = self.events.resolve_view(view, call)
         if helper is not None:
             name = qualname(self.collected, helper)
             return Ref("local", name) if name is not None else None
-        method = self.events.resolve_instance_method(call)
+        method = self.events.resolve_instance_method(view, call)
         if method is not None:
             name = qualname(self.collected, method)
             return Ref("local", name) if name is not None else None
-        return call_ref(call.func, self.events.context(call), self.imports, self.events.instance_class(call))
+        return call_ref(view.func, self.events.context(call), self.imports, self.events.instance_class(view, call))
 
     def _needs(
         self, item: cst.CSTNode, function: cst.FunctionDef, params: frozenset[str], *, none: bool
@@ -272,6 +283,22 @@ def top_classes(collected: Any) -> frozenset[cst.ClassDef]:
 
 def _positional(call: cst.Call) -> list[cst.Arg]:
     return [arg for arg in call.args if arg.keyword is None and not arg.star]
+
+
+def _spread(call: cst.Call, params: frozenset[str]) -> list[tuple[str, str | None]]:
+    """("*", port) and ("**", port) for a parameter spread into `call` after its positional arguments
+    (`inner(model, *args, **kwargs)`): the callee's remaining parameters take what the caller passed."""
+    found: list[tuple[str, str | None]] = []
+    for index, arg in enumerate(call.args):
+        if arg.star == "*" and all(later.keyword is not None or later.star == "**" for later in call.args[index + 1 :]):
+            found.append(("*", port(arg.value, params)))
+        elif arg.star == "**":
+            found.append(("**", port(arg.value, params)))
+    return [(name, bound) for name, bound in found if bound is not None and "." not in bound]
+
+
+def _star_name(param: object) -> str | None:
+    return param.name.value if isinstance(param, cst.Param) else None
 
 
 def _on_self(receiver: cst.BaseExpression | None) -> bool:
