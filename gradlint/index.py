@@ -24,7 +24,7 @@ from gradlint.project import Project, content_hash
 # unscale, an optimizer or scaler built. A function whose code has none of these (and
 # calls no project function that has) does nothing to gradient state.
 EFFECT = re.compile(
-    rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|autograd\.grad\b|optim\.|GradScaler"
+    rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|optim\.|GradScaler|\.grad\b"
     rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
 )
 # Functions whose name says their result is a loss or a model's output: their summary says what they return.

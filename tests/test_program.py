@@ -700,3 +700,34 @@ def test_a_partial_or_a_bound_method_runs_what_it_wraps(tmp_path: Path, bound: s
         write(tmp_path, {"engine.py": engine, "train.py": "from engine import Trainer, train_step\n" + loop})
     events = step_events(analysis_of(tmp_path, "train.py"), -1)  # fit's: train_step is a step of its own
     assert [(kind, target) for kind, target, _ in events if kind == "step"] == [("step", "opt")]
+
+
+def test_a_summary_records_updates_from_gradients_and_reads_of_grad_by_port() -> None:
+    summary = summarize_module(
+        textwrap.dedent("""\
+            import torch
+
+            def sgd(params, lr):
+                for p in params:
+                    p.grad.data.clamp_(-1, 1)
+                    p -= lr * p.grad
+
+            def tidy(model):
+                for name, p in model.named_parameters():
+                    if p.grad is not None:
+                        p.grad.zero_()
+
+            @torch.no_grad()
+            def decay(weight, rate):
+                weight.mul_(1 - rate)
+                weight.add_(weight.grad, alpha=-rate)
+        """)
+    )
+    effects = {
+        name: [(e.kind, e.port, e.no_grad) for e in f.effects if e.kind != "call"]
+        for name, f in summary.functions.items()
+    }
+    assert effects["sgd"] == [("grad_read", "params", False), ("update", "params", False)]
+    assert effects["tidy"] == [("clear", None, False)]  # a clear, guarded by a test of `.grad`: no read
+    assert effects["decay"] == [("update", "weight", True)]
+    assert from_data(to_data(summary)) == summary

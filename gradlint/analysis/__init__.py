@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property, partial
 
 import libcst as cst
@@ -15,7 +16,7 @@ from gradlint.analysis.dtypes import TensorDtypes
 from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
 from gradlint.analysis.graphs import Graphs
-from gradlint.analysis.leaves import Leaves
+from gradlint.analysis.leaves import Held, Leaves
 from gradlint.analysis.lineage import Lineages
 from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name, last_name
@@ -25,12 +26,22 @@ from gradlint.analysis.program import ModuleProgram
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.summaries import UPDATE
 from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
 from gradlint.analysis.values import GradValues, names_in
 from gradlint.rule import LINE_BREAK
 
 __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
+
+
+@dataclass(frozen=True)
+class OutsideUpdate:
+    """A call that updates parameters in place from their gradients in another module of the project."""
+
+    call: cst.Call
+    value: cst.BaseExpression  # what the call passes: a parameter or an iterable of them
+    via: str  # the function called, `module.qualname`
 
 
 class ModuleAnalysis:
@@ -130,6 +141,36 @@ class ModuleAnalysis:
     def mutations(self) -> Mutations:
         """The in-place operations of the module and the manual parameter updates among them."""
         return Mutations(self.collected, self.leaves)
+
+    @cached_property
+    def outside_updates(self) -> list[OutsideUpdate]:
+        """Calls that run, in another module of the project, an in-place update from gradients of parameters
+        this module passes (`sgd(model.parameters(), lr)` doing `p.add_(p.grad, alpha=-lr)`), while autograd
+        surely records here and nothing there turns it off."""
+        if self.program is None:
+            return []
+        found = []
+        for call in self.collected.calls:
+            context = self.context(call)
+            if context.no_grad or not self.events.worth_following(context):
+                continue
+            bound = self.program.bound_effects(call, context, self.events, self.events.call_view(call))
+            if bound is None:
+                continue
+            callee, effects = bound
+            for effect, value in effects:
+                if effect.kind != UPDATE or effect.no_grad or value is None:
+                    continue
+                if self._holds_parameters(value, call) and self.callers.with_grad(call):
+                    found.append(OutsideUpdate(call, value, callee.origin))
+                    break
+        return found
+
+    def _holds_parameters(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """A leaf that requires grad, an iterable of them, or a model (whose `parameters()` a callee updates)."""
+        if self.roles.role(value) is Role.MODEL:
+            value = cst.Call(cst.Attribute(value, cst.Name("parameters")))
+        return self.leaves.held(value, at) is not Held.OTHER
 
     @cached_property
     def graphs(self) -> Graphs:

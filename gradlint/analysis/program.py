@@ -349,22 +349,32 @@ class ModuleProgram:
                 break
         return frozenset(found)
 
-    def call_events(
+    def bound_effects(
         self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
-    ) -> list[Event] | None:
-        """The gradient events `call` runs in another module, bound to this call's arguments (as `view` writes
-        them: `EventIndex.call_view`)."""
+    ) -> tuple[Callee, list[tuple[Effect, cst.BaseExpression | None]]] | None:
+        """The project function in another module that `call` runs, and each of its effects that this call does
+        not switch off, with the caller's expression for the value it acts on (as `view`, the call's
+        `EventIndex.call_view`, passes them)."""
         callee = self.callee_of(call, context, events, view)
         if callee is None:
             return None
         given = view or call
         binding = self.binding(given, callee)
         off = switched_off(callee.summary, binding, _literal_off, any(arg.star for arg in given.args))
+        return callee, [(effect, _value(effect.port, binding)) for effect in callee.effects if not dropped(effect, off)]
+
+    def call_events(
+        self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
+    ) -> list[Event] | None:
+        """The gradient events `call` runs in another module, bound to this call's arguments."""
+        bound = self.bound_effects(call, context, events, view)
+        if bound is None:
+            return None
+        callee, effects = bound
         found = []
-        for effect in callee.effects:
-            if effect.kind not in KINDS or dropped(effect, off):
+        for effect, value in effects:
+            if effect.kind not in KINDS:
                 continue
-            value = _value(effect.port, binding)
             if effect.unsure and (value is None or not events.roles.is_optimizer(value)):
                 continue  # Ex) a helper's `sched.step()`, given a scheduler here
             found.append(

@@ -16,10 +16,12 @@ from typing import Any
 import libcst as cst
 
 from gradlint.analysis.collect import Scope
+from gradlint.analysis.leaves import ITERABLE_WRAPPERS, PARAMETER_ITERATORS
 from gradlint.analysis.names import last_name
 from gradlint.analysis.refs import all_params, call_ref, port, positional_params
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import Kind, runs_when_off
+from gradlint.analysis.values import names_in
 from gradlint.index import Ref
 
 # The effects a summary records besides the gradient events of `steps.Kind`.
@@ -27,6 +29,8 @@ CALL = "call"
 TRAIN = "train"
 EVAL = "eval"
 BUILDS_OPTIMIZER = "optimizer"
+UPDATE = "update"  # a parameter (or each of an iterable of them) changed in place from a gradient
+GRAD_READ = "grad_read"  # a method called on a parameter's `.grad`, which is None before any backward
 MAX_NESTED_DEPTH = 4
 
 
@@ -34,7 +38,7 @@ MAX_NESTED_DEPTH = 4
 class Effect:
     """One thing a function does, in order.
 
-    `kind` is a `Kind` value, or CALL / TRAIN / EVAL / BUILDS_OPTIMIZER. `port` is the
+    `kind` is a `Kind` value, or CALL / TRAIN / EVAL / BUILDS_OPTIMIZER / UPDATE / GRAD_READ. `port` is the
     value acted on (None: a local value, or nothing). `repeated`: inside a loop of the
     function. `needs`: parameters that switch the effect off when None (`if opt is not
     None: opt.step()`); `needs_true`: those that switch it off when False. A CALL holds
@@ -138,6 +142,7 @@ class _Summarizer:
         self.collected = analysis.collected
         self.events = analysis.events
         self.imports = analysis.imports
+        self._updates: frozenset[cst.CSTNode] | None = None
 
     def summary(self) -> ModuleSummary:
         functions = {}
@@ -201,11 +206,56 @@ class _Summarizer:
                     Effect(kind.value, port(value, params), via_scaler=via_scaler, retain_graph=retain, **common)
                 )
                 continue
+            effects.extend(self._gradient_uses(item, params, common))
             if isinstance(item, cst.Call):
                 effect = self._call_effect(item, params, common)
                 if effect is not None:
                     effects.append(effect)
         return effects
+
+    def _gradient_uses(self, item: cst.CSTNode, params: frozenset[str], common: dict[str, Any]) -> list[Effect]:
+        """UPDATE for an in-place update of a parameter from a gradient (`p.add_(p.grad, alpha=-lr)`, `w -= lr *
+        w.grad`), GRAD_READ for a method called on a parameter's `.grad` (`p.grad.zero_()`), outside a test of
+        `.grad` (`if p.grad is not None:`). Ports: the parameter, or the iterable a loop takes it from."""
+        if self._updates is None:
+            mutations = self.analysis.mutations
+            self._updates = frozenset(
+                operation.node
+                for operation in mutations.operations
+                if any(mutations.gradients.is_gradient(operand, operation.statement) for operand in operation.operands)
+            )
+        found = []
+        if item in self._updates:
+            operation = next(o for o in self.analysis.mutations.operations if o.node is item)
+            holder = self._holder(operation.target, item, params)
+            if holder is not None:
+                found.append(Effect(UPDATE, holder, **common))
+        if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute):
+            grad = _grad_of(item.func.value)
+            if grad is not None and not any(_tests_grad(branch) for branch in self.events.context(item).ifs):
+                holder = self._holder(grad, item, params)
+                if holder is not None:
+                    found.append(Effect(GRAD_READ, holder, **common))
+        return found
+
+    def _holder(self, tensor: cst.BaseExpression, at: cst.CSTNode, params: frozenset[str]) -> str | None:
+        """The port of a parameter: itself (`w`, `self.weight`), or the iterable an enclosing loop takes it from
+        (`for p in params`, `for p in model.parameters()`, `for name, p in model.named_parameters()`)."""
+        direct = port(tensor, params)
+        if direct is not None or not isinstance(tensor, cst.Name):
+            return direct
+        for loop in reversed(self.events.context(at).loops):
+            if isinstance(loop, cst.For) and tensor.value in _loop_names(loop.target):
+                iterable = loop.iter
+                while (
+                    isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS
+                ):
+                    iterable = iterable.args[0].value
+                func = iterable.func if isinstance(iterable, cst.Call) else None
+                if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_ITERATORS:
+                    return port(func.value, params)
+                return port(iterable, params)
+        return None
 
     def _nested_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
         """Functions nested in the summarized one that `call` runs (itself, or by a function argument)."""
@@ -295,6 +345,35 @@ def _spread(call: cst.Call, params: frozenset[str]) -> list[tuple[str, str | Non
         elif arg.star == "**":
             found.append(("**", port(arg.value, params)))
     return [(name, bound) for name, bound in found if bound is not None and "." not in bound]
+
+
+def _grad_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`p` for `p.grad` or `p.grad.data`, else None."""
+    if isinstance(value, cst.Attribute) and value.attr.value == "data":
+        value = value.value
+    return value.value if isinstance(value, cst.Attribute) and value.attr.value == "grad" else None
+
+
+def _tests_grad(branch: cst.CSTNode) -> bool:
+    """Whether an `if` tests a gradient (`if p.grad is not None:`), which guards what it holds."""
+    test = branch.test if isinstance(branch, (cst.If, cst.While)) else None
+    return test is not None and any(name.endswith(".grad") for name in names_in(test))
+
+
+def _unwrapped(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """`params` for `list(params)` or `tuple(filter(f, params))`'s last argument."""
+    while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
+        iterable = iterable.args[-1].value
+    return iterable
+
+
+def _loop_names(target: cst.BaseExpression) -> set[str]:
+    """The names a loop binds to an item: `p`, or the last of `name, p` (`named_parameters()`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[-1].value, cst.Name):
+        return {target.elements[-1].value.value}
+    return set()
 
 
 def _star_name(param: object) -> str | None:

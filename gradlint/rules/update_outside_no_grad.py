@@ -35,11 +35,18 @@ class UpdateOutsideNoGrad(Rule):
     (`w = (w - lr * w.grad).detach().requires_grad_()`) or MAML-style fast weights
     built from `torch.autograd.grad` results.
 
+    A helper of another module of the project that updates the parameters it is given
+    (`def sgd(params, lr): for p in params: p -= lr * p.grad`) is reported at the call
+    that runs it with autograd recording (`sgd(model.parameters(), 0.1)` in a training
+    loop), naming the helper: that call decides the grad mode.
+
     Known problems
     An update is reported only where autograd surely records: module-level code, a
     function that backpropagates itself, or a function called from such code in the
-    same module. A helper whose callers live in another module (a hand-written
-    optimizer's `step`) is assumed to run under `no_grad` and is not reported.
+    same module. A helper whose callers live in another module is reported at those
+    callers (above), not in its own module, where it is assumed to run under `no_grad`
+    (a hand-written optimizer's `step`). Updates inside a custom optimizer's
+    `param_groups` loop are not followed through calls.
 
     Fix safety
     Wrapping an in-place update in `with torch.no_grad():` is safe: a leaf tensor that
@@ -76,6 +83,13 @@ class UpdateOutsideNoGrad(Rule):
             if analysis.callers.with_grad(update.statement):
                 message = REBINDING if update.rebinding else self._named(update)
                 self.report(update.node, message, self._fix(update), self._story(update))
+        for outside in analysis.outside_updates:
+            function = outside.via.rpartition(".")[2]
+            message = (
+                f"`{function}` (in `{outside.via}`) updates the parameters in `{analysis.code(outside.value)}` in "
+                "place from their gradients, and it runs here outside torch.no_grad(), which raises"
+            )
+            self.report(outside.call, message)
 
     def _named(self, update: ManualUpdate) -> str:
         target = self.analysis.code(update.target)
