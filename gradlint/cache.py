@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, astuple
 from functools import cache
 from pathlib import Path
@@ -51,8 +52,12 @@ def _source_digest() -> str:
     return digest.hexdigest()
 
 
-# {module: (path, content hash)}: the other modules of the project a file's findings were judged with.
-Uses = dict[str, tuple[str, str]]
+# {module: (path, content hash, interface)}: the other modules of the project a file's findings were judged with,
+# and a digest of what the judgement could read of them (`Program.interface`).
+Uses = dict[str, tuple[str, str, str]]
+# The interface a module has now (`Program.interface_now`), given the interface a cached entry recorded; None when
+# the module is gone or cannot be read.
+Interface = Callable[[str, str], "str | None"]
 
 
 class SummaryStore:
@@ -108,10 +113,12 @@ class ResultCache:
     (their outlines or summaries); it is reused only while each of them is unchanged.
     """
 
-    def __init__(self, directory: Path, config: Config) -> None:
+    def __init__(self, directory: Path, config: Config, interface: Interface | None = None) -> None:
         self.directory = directory
         self.summaries = SummaryStore(directory)
         self._salt = f"{fingerprint()}\0{config!r}\0".encode()
+        self._interface = interface
+        self._interfaces: dict[tuple[str, str], str | None] = {}
 
     def key(self, path: str, data: bytes) -> str:
         """The entry name for linting `data` as the file `path` under this run's settings."""
@@ -127,15 +134,28 @@ class ResultCache:
     def get(self, key: str) -> list[Diagnostic] | None:
         """The stored findings for `key`, or None when there is no usable entry.
 
-        An entry is unusable when a module its findings were judged with has changed.
+        An entry is unusable when a module its findings were judged with has changed what
+        the judgement could read of it: its interface (an edit inside a function body that
+        leaves the function's summary as it was keeps the entry).
         """
         try:
             entry = json.loads(self._entry(key).read_bytes())
-            uses = {module: (str(path), str(digest)) for module, (path, digest) in entry["uses"].items()}
+            uses = {
+                module: (str(path), str(digest), str(face)) for module, (path, digest, face) in entry["uses"].items()
+            }
             found = [_decode(item) for item in entry["findings"]]
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None  # missing, half-written by a crashed older version, or corrupt: a miss
-        return found if all(_unchanged(path, digest) for path, digest in uses.values()) else None
+        return found if all(self._unchanged(module, *use) for module, use in uses.items()) else None
+
+    def _unchanged(self, module: str, path: str, digest: str, interface: str) -> bool:
+        if _unchanged(path, digest):
+            return True
+        if self._interface is None:
+            return False
+        if (module, interface) not in self._interfaces:
+            self._interfaces[(module, interface)] = self._interface(module, interface)
+        return self._interfaces[(module, interface)] == interface
 
     def put(self, key: str, diagnostics: list[Diagnostic], uses: Uses | None = None) -> None:
         """Store findings for `key` atomically; a cache that cannot be written is skipped."""

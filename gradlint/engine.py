@@ -114,7 +114,7 @@ def _lint(
         found = _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=program)
     finally:
         program.outlines.stop(reads)
-    return found, program.outlines.used(reads - {program.project.add_file(Path(path))})
+    return found, program.used(reads - {program.project.add_file(Path(path))})
 
 
 def _lint_alone_or_whole(
@@ -274,7 +274,6 @@ def lint_targets(
     processes (None: one per core; 1: in this process), each with the whole-program
     model of the project. The order of the output never depends on `jobs`.
     """
-    store = ResultCache(cache, config) if cache is not None else None
     project = Project()
     for item in targets.files:  # every root first: a module is found wherever the run's files are
         if not isinstance(item, Missing):
@@ -282,6 +281,12 @@ def lint_targets(
     whole = Whole(tuple(project.roots), cache)
     outlines = _OUTLINES[whole] = Outlines(project)  # read afresh each run: files change between runs
     _PROGRAMS.pop(whole, None)
+
+    def interface(module: str, recorded: str) -> str | None:
+        # Only for a used module that changed; a summary needs LibCST, loaded here if at all.
+        return _program(whole).interface_now(module, recorded)
+
+    store = ResultCache(cache, config, interface) if cache is not None else None
     results: list[list[Diagnostic]] = []
     misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in targets.files:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import ast
 import gc
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from pathlib import Path
 
 from gradlint.project import Project, content_hash
@@ -126,6 +127,22 @@ class ModuleOutline:
             return b"".join(b"".join(self.lines[start - 1 : end]) for start, end in self.top_level)
         span = self.spans.get(qualname)
         return b"".join(self.lines[span.start - 1 : span.end]) if span is not None else b""
+
+    def interface(self) -> str:
+        """A digest of what other modules' judgements can read from this outline: names, imports, classes,
+        parameters, calls and which functions may affect gradients, but not where things are in the file."""
+        functions = sorted(
+            (name, astuple(replace(span, start=0, end=0)), astuple(self.function(name) or FunctionOutline(())))
+            for name, span in self.spans.items()
+        )
+        data = (
+            sorted((name, astuple(ref)) for name, ref in self.names.items()),
+            [astuple(ref) for ref in self.stars],
+            sorted((name, astuple(cls)) for name, cls in self.classes.items()),
+            functions,
+            astuple(self.function(TOP_LEVEL) or FunctionOutline(())),
+        )
+        return hashlib.sha256(repr(data).encode()).hexdigest()
 
     def qualnames(self) -> list[str]:
         """Every function and method, and TOP_LEVEL."""
@@ -400,6 +417,14 @@ class Outlines:
             if source is not None:
                 found[module] = (str(source[0]), content_hash(source[1]))
         return found
+
+    def read(self, module: str) -> ModuleOutline | None:
+        """The module's outline, like `outline`, without recording a read (for the cache's own checks)."""
+        recording, self._recording = self._recording, []
+        try:
+            return self.outline(module)
+        finally:
+            self._recording = recording
 
     # Resolution of references, through outlines.
 

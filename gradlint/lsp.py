@@ -103,7 +103,7 @@ def lint_document(ls: GradlintServer, document: TextDocument) -> list[Diagnostic
     config = ls.config_for(path)  # first: a broken config raises before any module is read
     program = _program(ls, path)
     found, uses = lint_source_and_uses(source.encode(declared_encoding(source)), str(path), config, program)
-    ls.uses[document.uri] = {Path(used).resolve() for used, _ in uses.values()}
+    ls.uses[document.uri] = {Path(used).resolve() for used, _, _ in uses.values()}
     return found
 
 

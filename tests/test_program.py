@@ -440,6 +440,39 @@ def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
     assert "train.py" not in linted and "engine.py" not in linted
 
 
+def test_a_warm_run_rejudges_only_the_files_whose_used_summaries_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gradlint.engine
+
+    scripts = {f"train_{n}.py": LOOP for n in range(3)}
+    write(tmp_path, {"engine.py": ENGINE, **scripts})
+    cache = tmp_path / ".gradlint_cache"
+    list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
+    linted: list[str] = []
+    real = gradlint.engine._lint_bytes
+
+    def counting(path, data, config, program):  # type: ignore[no-untyped-def]
+        linted.append(path.name)
+        return real(path, data, config, program)
+
+    monkeypatch.setattr(gradlint.engine, "_lint_bytes", counting)
+    engine = tmp_path / "engine.py"
+    # An edit inside the helper's body that leaves what it does to gradients as it was.
+    engine.write_text("# Shared training code.\n" + engine.read_text().replace("loss.item()", "float(loss.item())"))
+    found = {(Path(d.path).name, d.code) for d in lint_paths([tmp_path], Config(), jobs=1, cache=cache)}
+    assert linted == ["engine.py"]
+    assert found == {(name, "GL002") for name in scripts}
+    # An edit that changes the summary: every script that used it is judged again.
+    linted.clear()
+    engine.write_text(
+        engine.read_text().replace("    loss.backward()", "    optimizer.zero_grad()\n    loss.backward()")
+    )
+    found = {(Path(d.path).name, d.code) for d in lint_paths([tmp_path], Config(), jobs=1, cache=cache)}
+    assert sorted(linted) == ["engine.py", *sorted(scripts)]
+    assert found == set()
+
+
 # 4. Ordering across calls, and helpers of the same module in the caller's terms
 
 

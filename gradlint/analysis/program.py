@@ -20,7 +20,9 @@ Reading a file is all this does: no linted code is imported or run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -79,6 +81,7 @@ class Program:
         self._active: list[tuple[str, str]] = []
         self._read_active: set[tuple[str, str]] = set()
         self._effect_reads: dict[tuple[str, str], frozenset[str]] = {}
+        self._interfaces: dict[tuple[str, bool], str] = {}
 
     def summary(self, module: str) -> ModuleSummary | None:
         """The LibCST summary of a project module: computed (or loaded from the store) on first use."""
@@ -102,6 +105,34 @@ class Program:
         if summary is not None:
             self.store.put(key, to_data(summary))
         return summary
+
+    def used(self, modules: Iterable[str]) -> dict[str, tuple[str, str, str]]:
+        """{module: (path, content hash, interface)} for the project modules among `modules`: what a cached result
+        depends on, and the digest of what it could read of each (`interface`)."""
+        return {
+            module: (path, digest, self.interface(module, summarized=self._summaries.get(module) is not None))
+            for module, (path, digest) in self.outlines.used(modules).items()
+        }
+
+    def interface(self, module: str, *, summarized: bool) -> str:
+        """A digest of what a judgement can read of `module`: its outline's interface, and its summary when
+        `summarized` (`s:` then, else `o:`); a module that cannot be read has the empty interface."""
+        key = (module, summarized)
+        if key not in self._interfaces:
+            outline = self.outlines.read(module)
+            face = outline.interface() if outline is not None else ""
+            if summarized:
+                summary = self.summary(module)
+                data = json.dumps(to_data(summary), sort_keys=True) if summary is not None else ""
+                face = f"s:{face}:{hashlib.sha256(data.encode()).hexdigest()}"
+            self._interfaces[key] = face if summarized else f"o:{face}"
+        return self._interfaces[key]
+
+    def interface_now(self, module: str, recorded: str) -> str | None:
+        """The interface `module` has now, of the kind `recorded` is (the one a cached entry holds)."""
+        if self.outlines.read(module) is None:
+            return None
+        return self.interface(module, summarized=recorded.startswith("s:"))
 
     def function(self, module: str, qualname: str) -> FunctionSummary | None:
         """The summary of one function of the project: from LibCST when it deserves one (`Outlines.analysed`), else
