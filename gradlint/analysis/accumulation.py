@@ -89,9 +89,10 @@ class Accumulations:
             if factor is None or not isinstance(guard, cst.If):
                 continue
             loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
-            if loop is None:
+            if loop is None and not isinstance(self.collected.contexts[guard].scope, cst.FunctionDef):
                 return
-            inside = [event for event in events if loop in event.loops]
+            # No loop: a function run once per batch by its caller (Lightning's `training_step(batch, batch_idx)`).
+            inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
             if any(e.kind is Kind.CLEAR and guard not in e.ifs for e in inside):
                 return  # a clear on every micro-batch: GL002 owns it
             if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
@@ -112,26 +113,29 @@ class Accumulations:
     def _accumulation_guards(self, event: Event) -> bool:
         return any(self._accumulation_test(guard, event.loops) is not None for guard in event.ifs)
 
-    def _accumulation_test(
-        self, guard: cst.CSTNode, loops: tuple[Loop, ...], depth: int = 0
+    def _accumulation_test(self, guard: cst.CSTNode, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
+        """k, when the `if` `guard` holds once every k iterations of `loops`."""
+        return self._holds_every_k(guard.test, guard, loops, 0) if isinstance(guard, cst.If) else None
+
+    def _holds_every_k(
+        self, test: cst.BaseExpression, guard: cst.If, loops: tuple[Loop, ...], depth: int
     ) -> cst.BaseExpression | None:
-        """k, when `guard` (an `if`, or a test) holds once every k iterations of `loops`."""
-        test = guard.test if isinstance(guard, cst.If) else guard
-        if not isinstance(test, cst.BaseExpression) or depth > MAX_DEPTH:
+        if depth > MAX_DEPTH:
             return None
         if isinstance(test, cst.BooleanOperation):
-            return self._accumulation_test(test.left, loops, depth + 1) or self._accumulation_test(
-                test.right, loops, depth + 1
+            return self._holds_every_k(test.left, guard, loops, depth + 1) or self._holds_every_k(
+                test.right, guard, loops, depth + 1
             )
         if isinstance(test, cst.Comparison):
             return _modulo_divisor(test.left) or self._counter_bound(test, loops)
-        if isinstance(test, (cst.Name, cst.Attribute)) and isinstance(guard, cst.If):
-            key = dotted_name(test)
-            for definition in self.origins.definitions(key or "", guard):
-                if definition.binding is Binding.ASSIGN:
-                    found = self._accumulation_test(definition.value, loops, depth + 1)
-                    if found is not None:
-                        return found
+        key = dotted_name(test)
+        if key is None:
+            return None
+        for definition in self.origins.definitions(key, guard):  # Ex) is_grad_step = (i + 1) % k == 0
+            if definition.binding is Binding.ASSIGN:
+                found = self._holds_every_k(definition.value, guard, loops, depth + 1)
+                if found is not None:
+                    return found
         return None
 
     def _counter_bound(self, test: cst.Comparison, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
@@ -167,15 +171,19 @@ class Accumulations:
         """k for a loop over the micro-batches of one step, else None."""
         if not isinstance(loop, cst.For):
             return None
-        iterable, target = loop.iter, loop.target
-        parts = [target, iterable, *(arg.value for arg in iterable.args)] if isinstance(iterable, cst.Call) else []
-        words = " ".join(filter(None, map(_text, parts or [target, iterable])))
+        iterable = loop.iter
+        if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("zip", "enumerate") and iterable.args:
+            iterable = iterable.args[0].value  # zip(x.chunk(k), y.chunk(k)), enumerate(micro_batches)
+        named = any(word in (_text(node) or "").lower() for node in (loop.target, iterable) for word in MICRO_WORDS)
         if isinstance(iterable, cst.Call) and last_name(iterable.func) == "range" and len(iterable.args) == 1:
             bound = iterable.args[0].value
-            return bound if any(word in words.lower() for word in MICRO_WORDS) else None
+            return bound if named or any(word in (_text(bound) or "").lower() for word in MICRO_WORDS) else None
         if isinstance(iterable, cst.Call) and last_name(iterable.func) in SPLITTERS:
-            return iterable
-        if any(word in words.lower() for word in MICRO_WORDS) and isinstance(iterable, (cst.Name, cst.Attribute)):
+            positional = [arg.value for arg in iterable.args if arg.keyword is None]
+            if last_name(iterable.func) == "chunk" and positional:
+                return positional[-1]  # x.chunk(k), torch.chunk(x, k): k parts
+            return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
+        if named and isinstance(iterable, (cst.Name, cst.Attribute)):
             return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
         return None
 
@@ -245,8 +253,8 @@ class _Judge:
             return self._operation(node, at, depth)
         if isinstance(node, cst.Call):
             return self._call(node, at, depth)
-        if isinstance(node, cst.Subscript):
-            return self.expression(node.value, at, depth + 1)  # out["loss"], losses[0]
+        if isinstance(node, cst.Subscript) or (isinstance(node, cst.Attribute) and dotted_name(node) is None):
+            return self.expression(node.value, at, depth + 1)  # out["loss"], losses[0], model(**batch).loss
         if isinstance(node, (cst.Name, cst.Attribute)):
             return self._name(node, at, depth)
         return Scaling.UNKNOWN
@@ -265,9 +273,26 @@ class _Judge:
             for side in (node.left, node.right):
                 if isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.Divide):
                     return self.divided(side.right)  # loss * (1 / k)
-        if isinstance(operator, (cst.Multiply, cst.Add, cst.Subtract)):
+        if isinstance(operator, cst.Multiply):
+            sides = [side for side in (node.left, node.right) if not self._is_weight(side, at)]
+            return _combine([self.expression(side, at, depth + 1) for side in sides])
+        if isinstance(operator, (cst.Add, cst.Subtract)):
             return _combine([self.expression(node.left, at, depth + 1), self.expression(node.right, at, depth + 1)])
         return Scaling.UNKNOWN
+
+    def _is_weight(self, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """A loss weight (`0.5`, `alpha`, `self.kd_weight`), not a scale the accumulation may have set."""
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, cst.Divide):
+            return self._is_weight(node.left, at) and self._is_weight(node.right, at)  # (1 - alpha)
+        key = dotted_name(node)
+        if key is None or (self.factor is not None and self.factor in key):
+            return False
+        if any(word in key.lower() for word in ("scale", "accum", "inv", "norm")):
+            return False
+        definitions = self.accumulations.origins.definitions(key, at)
+        return all(d.binding is Binding.OUTSIDE or isinstance(d.value, (cst.Integer, cst.Float)) for d in definitions)
 
     def _call(self, node: cst.Call, at: cst.CSTNode, depth: int) -> Scaling:
         func = node.func
@@ -408,6 +433,6 @@ def _mentions_grad(node: cst.BaseExpression) -> bool:
 
 
 def _text(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Call):
-        return _text(node.func)
+    if isinstance(node, cst.Tuple):
+        return " ".join(filter(None, (_text(element.value) for element in node.elements)))
     return dotted_name(node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from gradlint.analysis import Event
 from gradlint.analysis.accumulation import Accumulation, Accumulations, Scaling
 from gradlint.analysis.collect import Scope
 from gradlint.rule import Rule
@@ -88,10 +89,7 @@ class AccumulationNotScaled(Rule):
         accumulations = Accumulations(analysis.collected, analysis.events, analysis.origins)
         scopes: list[Scope] = [analysis.collected.module, *analysis.collected.functions]
         for found, scaling in accumulations.unscaled(scopes):
-            backward = found.backward
-            # A backward written in this module is reported where it is written; one of another module at the call.
-            where = backward.node if backward.via is None else backward.site
-            self.report(where, self._message(found, scaling), related=self._story(found))
+            self.report(_written(found.backward), self._message(found, scaling), related=self._story(found))
 
     def _message(self, found: Accumulation, scaling: Scaling) -> str:
         code = self.analysis.code
@@ -102,7 +100,15 @@ class AccumulationNotScaled(Rule):
         return UNSCALED.format(loss=code(found.backward.value), k=code(found.factor))
 
     def _story(self, found: Accumulation) -> list[tuple[cst.CSTNode, str]]:
-        story = [(found.step.site, "the optimizer steps here, once for all the accumulated micro-batches")]
-        if found.backward.via is None and found.backward.site is not found.backward.node:
-            story.append((found.backward.site, "the micro-batch's backward runs through this call"))
+        step, backward = found.step, found.backward
+        story = [(_written(step), "the optimizer steps here, once for all the accumulated micro-batches")]
+        if step.site is not _written(step):
+            story.append((step.site, "the step runs through this call"))
+        if backward.site is not _written(backward):
+            story.append((backward.site, "each micro-batch's backward runs through this call"))
         return story
+
+
+def _written(event: Event) -> cst.CSTNode:
+    """Where an event is written: in this module, its own node; in another module, the call that reaches it."""
+    return event.node if event.via is None else event.site
