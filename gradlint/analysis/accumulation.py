@@ -367,6 +367,53 @@ class _Judge:
         return False
 
 
+def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.FunctionDef, cst.Return]]:
+    """Hugging Face Trainers' `compute_loss` overrides that take `num_items_in_batch`, ignore it, divide by nothing.
+
+    Trainer divides the loss by the accumulation steps itself only when the model takes no loss
+    kwargs (`**kwargs` in its forward) or `num_items_in_batch` is None; otherwise it expects
+    `compute_loss` to use `num_items_in_batch`, or the class to set `model_accepts_loss_kwargs = False`.
+    """
+    if any(_sets_accepts_loss_kwargs(statement) for statement in collected.statements):
+        return
+    for function, owner in collected.owners.items():
+        if function.name.value != "compute_loss" or not any(
+            (last_name(base.value) or "").endswith("Trainer") for base in owner.bases
+        ):
+            continue
+        params = function.params
+        names = {param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        if "num_items_in_batch" not in names or _identifiers(function.body) & TRAINER_SCALING_NAMES:
+            continue
+        returns = [s for s in collected.statements_in_scope(function) if isinstance(s, cst.Return) and s.value]
+        if returns:
+            yield function, returns[-1]
+
+
+# What a `compute_loss` override reads when it scales for accumulation or defers to Trainer's own.
+TRAINER_SCALING_NAMES = frozenset(
+    {"num_items_in_batch", "gradient_accumulation_steps", "current_gradient_accumulation_steps", "compute_loss"}
+)
+
+
+def _sets_accepts_loss_kwargs(statement: cst.BaseSmallStatement) -> bool:
+    # Ex) self.model_accepts_loss_kwargs = False
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
+    return any(last_name(target) == "model_accepts_loss_kwargs" for target in targets)
+
+
+def _identifiers(node: cst.CSTNode) -> set[str]:
+    """Every name and attribute name read under `node`."""
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        pending.extend(current.children)
+    return found
+
+
 def _combine(results: list[Scaling]) -> Scaling:
     """Any scaled part makes the loss scaled; it is unscaled only when every part is."""
     for verdict in (Scaling.SCALED, Scaling.COUNTER):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event
-from gradlint.analysis.accumulation import Accumulation, Accumulations, Scaling
+from gradlint.analysis.accumulation import Accumulation, Accumulations, Scaling, trainer_losses_unscaled
 from gradlint.analysis.collect import Scope
 from gradlint.rule import Rule
 
@@ -16,6 +16,11 @@ UNSCALED = (
 COUNTER = (
     "the loss is divided by the running count `{counter}`, not by the number of accumulated micro-batches, "
     "so early micro-batches weigh more than later ones in each optimizer step"
+)
+
+TRAINER_LOSS = (
+    "this `compute_loss` ignores `num_items_in_batch` and divides by nothing: where the model's forward takes "
+    "`**kwargs`, Trainer skips its own division, so each step sums the accumulated micro-batches' losses"
 )
 
 
@@ -47,14 +52,21 @@ class AccumulationNotScaled(Rule):
     A `zero_grad()` inside the micro-batch loop (which keeps only the last micro-batch)
     belongs to GL002 missing-zero-grad; this rule stays quiet there.
 
+    A Hugging Face `Trainer.compute_loss` override that takes `num_items_in_batch` is
+    reported when it neither uses it, nor divides by `gradient_accumulation_steps`, nor
+    calls `super().compute_loss`, and the module never sets `model_accepts_loss_kwargs =
+    False`: Trainer then leaves the division to `compute_loss` for every model whose
+    forward takes `**kwargs` (most language models), as its documentation says.
+
     Known problems
     A loss that comes from a call of another module is taken to be unscaled unless the
     call is handed k; a backward written in another module's helper is not judged. The
     micro-batch loop is recognised by its names (`accum`, `micro`, `chunk`) or by
-    `chunk`/`split`. Hugging Face `Trainer.compute_loss` overrides are not checked.
+    `chunk`/`split`. Whether a Trainer's model takes `**kwargs` is not known statically.
 
     References
     https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
+    https://huggingface.co/docs/transformers/main_classes/trainer
     """
 
     code = "GL018"
@@ -63,7 +75,7 @@ class AccumulationNotScaled(Rule):
         "the loss is backpropagated on every micro-batch but not divided by the number of accumulation steps, "
         "so each optimizer step applies the sum of their gradients"
     )
-    requires = (b"backward", b"step")
+    requires = ((b"backward", b"num_items_in_batch"),)  # a Trainer's compute_loss has no backward
     example = """
         for i, (x, y) in enumerate(loader):
             loss = criterion(model(x), y)
@@ -88,6 +100,9 @@ class AccumulationNotScaled(Rule):
         analysis.training_steps  # noqa: B018 (inlines every helper once, so `called` is complete)
         accumulations = Accumulations(analysis.collected, analysis.events, analysis.origins)
         scopes: list[Scope] = [analysis.collected.module, *analysis.collected.functions]
+        for function, returned in trainer_losses_unscaled(analysis.collected):
+            story = [(function.name, "`num_items_in_batch` is accepted here and never used")]
+            self.report(returned, TRAINER_LOSS, related=story)
         for found, scaling in accumulations.unscaled(scopes):
             self.report(_written(found.backward), self._message(found, scaling), related=self._story(found))
 
