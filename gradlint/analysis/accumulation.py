@@ -69,7 +69,7 @@ class Accumulations:
             if isinstance(scope, cst.FunctionDef) and scope in self.events.called:
                 continue  # its events are judged where it is called
             for found in self._in_scope(self.events.scope_events(scope)):
-                if id(found.backward.node) in seen or self._averages_gradients(found):
+                if id(found.backward.node) in seen or self._averages_gradients(found) or self._virtual(found):
                     continue
                 scaling, divisor = self.scaling(found)
                 if scaling in (Scaling.UNSCALED, Scaling.COUNTER):
@@ -97,12 +97,12 @@ class Accumulations:
                 return  # a clear on every micro-batch: GL002 owns it
             if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
                 return  # something steps every iteration: not accumulation
-            backwards = self._accumulated(guard, step, [e for e in inside if e.kind is Kind.BACKWARD])
+            backwards = self._accumulated(guard, [e for e in inside if e.kind is Kind.BACKWARD])
             for backward in backwards:
                 yield Accumulation(backward, step, factor)
             return
 
-    def _accumulated(self, guard: cst.If, step: Event, backwards: list[Event]) -> list[Event]:
+    def _accumulated(self, guard: cst.If, backwards: list[Event]) -> list[Event]:
         """The backwards that run on every iteration, whichever way `guard` goes."""
         guarded = [event for event in backwards if guard in event.ifs]
         branches = {self.collected.in_body(guard, event.node) for event in guarded}
@@ -140,7 +140,7 @@ class Accumulations:
 
     def _counter_bound(self, test: cst.Comparison, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
         # Ex) if accum_n_steps >= accum_grad_n_steps:  (accum_n_steps += 1 in the loop)
-        if len(test.comparisons) != 1 or not self._is_counter(test.left, loops):
+        if len(test.comparisons) != 1 or not self.is_counter(test.left, loops):
             return None
         target = test.comparisons[0]
         if not isinstance(target.operator, (cst.GreaterThanEqual, cst.Equal, cst.GreaterThan)):
@@ -210,10 +210,10 @@ class Accumulations:
         result = judge.expression(value, self.collected.statement_of[at_node], 0)
         return result, judge.counter
 
-    def _is_counter(self, node: cst.BaseExpression, loops: tuple[Loop, ...]) -> bool:
+    def is_counter(self, node: cst.BaseExpression, loops: tuple[Loop, ...]) -> bool:
         """Whether `node` reads a count that changes every iteration: `i`, `i + 1`, `n_accum` (`n_accum += 1`)."""
         if isinstance(node, cst.BinaryOperation):
-            return self._is_counter(node.left, loops) or self._is_counter(node.right, loops)
+            return self.is_counter(node.left, loops) or self.is_counter(node.right, loops)
         key = dotted_name(node)
         if key is None:
             return False
@@ -228,6 +228,13 @@ class Accumulations:
                 ):
                     return True
         return False
+
+    def _virtual(self, found: Accumulation) -> bool:
+        """Opacus before 1.0: `optimizer.virtual_step()` keeps the clipped per-sample gradients, `step()` averages."""
+        scopes = {self.collected.contexts[node].scope for node in (found.step.node, found.step.site)}
+        return any(
+            last_name(call.func) == "virtual_step" for scope in scopes for call in self.collected.calls_in_scope(scope)
+        )
 
     def _averages_gradients(self, found: Accumulation) -> bool:
         """Whether the scope that steps divides the gradients itself (`p.grad /= k`, `p.grad.div_(k)`)."""
@@ -260,7 +267,7 @@ class _Judge:
         return Scaling.UNKNOWN
 
     def divided(self, divisor: cst.BaseExpression) -> Scaling:
-        if dotted_name(divisor) != self.factor and self.accumulations._is_counter(divisor, self.loops):
+        if dotted_name(divisor) != self.factor and self.accumulations.is_counter(divisor, self.loops):
             self.counter = divisor
             return Scaling.COUNTER
         return Scaling.SCALED

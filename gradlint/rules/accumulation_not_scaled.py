@@ -45,7 +45,8 @@ class AccumulationNotScaled(Rule):
     len(micro_batches)`, `loss / total_tokens` counted before the loop, `loss * (1 / k)`,
     `loss.div_(k)`, `scaler.scale(loss / k)`), gradients averaged before the step
     (`p.grad /= k`), `accelerator.backward(loss)` and DeepSpeed's `engine.backward(loss)`
-    (they divide by their own accumulation steps), Lightning's `accumulate_grad_batches`,
+    (they divide by their own accumulation steps), Opacus' `optimizer.virtual_step()`
+    (the privacy engine averages over the virtual batch), Lightning's `accumulate_grad_batches`,
     a step taken on every iteration (even under `if scheduler is not None:`), and GAN
     steps whose guarded branch has a backward of its own.
 
@@ -75,6 +76,7 @@ class AccumulationNotScaled(Rule):
         "the loss is backpropagated on every micro-batch but not divided by the number of accumulation steps, "
         "so each optimizer step applies the sum of their gradients"
     )
+    quiet_in_tests = True
     requires = ((b"backward", b"num_items_in_batch"),)  # a Trainer's compute_loss has no backward
     example = """
         for i, (x, y) in enumerate(loader):
