@@ -63,7 +63,10 @@ class AccumulationNotScaled(Rule):
     A loss that comes from a call of another module is taken to be unscaled unless the
     call is handed k; a backward written in another module's helper is not judged. The
     micro-batch loop is recognised by its names (`accum`, `micro`, `chunk`) or by
-    `chunk`/`split`. Whether a Trainer's model takes `**kwargs` is not known statically.
+    `chunk`/`split`. A loss with any scaled term (`ce / k + kl`) counts as scaled, and a
+    division by a loop count of an outer loop (`loss / epoch`) reads as a running count.
+    Whether a Trainer's model takes `**kwargs` is not known statically, and an override
+    that takes `**kwargs` instead of `num_items_in_batch` is not checked.
 
     References
     https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
