@@ -345,7 +345,7 @@ def test_accumulation_is_judged_by_the_factors_of_the_summed_losses(traced: dict
     # count); a loss divided by k where the linter cannot see it (a callable object) is not reproduced.
     bug = traced["gl018_bug.py"]
     [unscaled] = bug.at(13, "GL018")
-    [counted] = bug.at(22, "GL018")
+    [counted] = bug.at(21, "GL018")
     assert "no loss divided" in unscaled["evidence"] and "different factors" in counted["evidence"]
     [averaged] = traced["gl018_clean.py"].at(31, "GL018")
     assert averaged["status"] == "not-reproduced"

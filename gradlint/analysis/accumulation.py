@@ -52,6 +52,7 @@ class Accumulation:
     step: Event
     factor: cst.BaseExpression | None  # k, where the source names it
     counter: cst.BaseExpression | None = None  # the running count the loss is divided by
+    counted_at: cst.CSTNode | None = None  # the statement that divides by it
 
 
 class Accumulations:
@@ -71,10 +72,11 @@ class Accumulations:
             for found in self._in_scope(self.events.scope_events(scope)):
                 if id(found.backward.node) in seen or self._averages_gradients(found) or self._virtual(found):
                     continue
-                scaling, divisor = self.scaling(found)
+                scaling, judge = self.scaling(found)
                 if scaling in (Scaling.UNSCALED, Scaling.COUNTER):
                     seen.add(id(found.backward.node))
-                    yield Accumulation(found.backward, found.step, found.factor, divisor), scaling
+                    counter, at = (judge.counter, judge.counted_at) if judge is not None else (None, None)
+                    yield Accumulation(found.backward, found.step, found.factor, counter, at), scaling
 
     def _in_scope(self, events: tuple[Event, ...]) -> Iterator[Accumulation]:
         for step in (event for event in events if event.kind is Kind.STEP):
@@ -189,8 +191,8 @@ class Accumulations:
 
     # -- judging the loss ----------------------------------------------------------------------
 
-    def scaling(self, found: Accumulation) -> tuple[Scaling, cst.BaseExpression | None]:
-        """How the loss that `found.backward` propagates is scaled, and the running count it is divided by."""
+    def scaling(self, found: Accumulation) -> tuple[Scaling, _Judge | None]:
+        """How the loss that `found.backward` propagates is scaled, and the judge that found the running count."""
         backward = found.backward
         node = backward.node
         if (
@@ -208,7 +210,7 @@ class Accumulations:
             return Scaling.UNKNOWN, None
         judge = _Judge(self, backward.loops, found.factor)
         result = judge.expression(value, self.collected.statement_of[at_node], 0)
-        return result, judge.counter
+        return result, judge
 
     def is_counter(self, node: cst.BaseExpression, loops: tuple[Loop, ...]) -> bool:
         """Whether `node` reads a count that changes every iteration: `i`, `i + 1`, `n_accum` (`n_accum += 1`)."""
@@ -252,6 +254,7 @@ class _Judge:
         self.loops = loops
         self.factor = dotted_name(factor) if factor is not None else None
         self.counter: cst.BaseExpression | None = None
+        self.counted_at: cst.CSTNode | None = None
 
     def expression(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> Scaling:
         if depth > MAX_DEPTH:
@@ -266,20 +269,20 @@ class _Judge:
             return self._name(node, at, depth)
         return Scaling.UNKNOWN
 
-    def divided(self, divisor: cst.BaseExpression) -> Scaling:
+    def divided(self, divisor: cst.BaseExpression, at: cst.CSTNode) -> Scaling:
         if dotted_name(divisor) != self.factor and self.accumulations.is_counter(divisor, self.loops):
-            self.counter = divisor
+            self.counter, self.counted_at = divisor, at
             return Scaling.COUNTER
         return Scaling.SCALED
 
     def _operation(self, node: cst.BinaryOperation, at: cst.CSTNode, depth: int) -> Scaling:
         operator = node.operator
         if isinstance(operator, (cst.Divide, cst.FloorDivide)):
-            return self.divided(node.right)
+            return self.divided(node.right, at)
         if isinstance(operator, cst.Multiply):
             for side in (node.left, node.right):
                 if isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.Divide):
-                    return self.divided(side.right)  # loss * (1 / k)
+                    return self.divided(side.right, at)  # loss * (1 / k)
         if isinstance(operator, cst.Multiply):
             sides = [side for side in (node.left, node.right) if not self._is_weight(side, at)]
             return _combine([self.expression(side, at, depth + 1) for side in sides])
@@ -306,7 +309,7 @@ class _Judge:
         name = last_name(func)
         positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         if name in ("div", "div_", "true_divide") and positional:
-            return self.divided(positional[-1])
+            return self.divided(positional[-1], at)
         if isinstance(func, cst.Attribute) and name in SCALE_KEEPING and not self._is_module(func.value):
             return self.expression(func.value, at, depth + 1)  # loss.mean(), criterion(out, y).sum()
         if name in COMBINERS:
@@ -352,7 +355,7 @@ class _Judge:
             and isinstance(node, cst.AugAssign)
             and isinstance(node.operator, (cst.DivideAssign, cst.FloorDivideAssign))
         ):
-            return self.divided(value)  # loss /= accum_steps
+            return self.divided(value, node)  # loss /= accum_steps
         return Scaling.UNKNOWN
 
     def _scaled_in_place(self, key: str, at: cst.CSTNode) -> bool:

@@ -106,10 +106,18 @@ class AccumulationNotScaled(Rule):
         accumulations = Accumulations(analysis.collected, analysis.events, analysis.origins)
         scopes: list[Scope] = [analysis.collected.module, *analysis.collected.functions]
         for function, returned in trainer_losses_unscaled(analysis.collected):
-            story = [(function.name, "`num_items_in_batch` is accepted here and never used")]
-            self.report(returned, TRAINER_LOSS, related=story)
+            unused = [(function.name, "`num_items_in_batch` is accepted here and never used")]
+            self.report(returned, TRAINER_LOSS, related=unused)
         for found, scaling in accumulations.unscaled(scopes):
-            self.report(_written(found.backward), self._message(found, scaling), related=self._story(found))
+            # A running count is reported where the loss is divided by it; a missing division at the backward.
+            counted = scaling is Scaling.COUNTER and found.counted_at is not None
+            where = found.counted_at if counted and found.counted_at is not None else _written(found.backward)
+            story = self._story(found)
+            if where is not _written(found.backward):
+                story.insert(
+                    0, (_written(found.backward), "the divided loss is backpropagated here, every micro-batch")
+                )
+            self.report(where, self._message(found, scaling), related=story)
 
     def _message(self, found: Accumulation, scaling: Scaling) -> str:
         code = self.analysis.code

@@ -738,7 +738,7 @@ class Tracer:
         factors = [factor for _, factor in summed if factor is not None]
         if len(summed) < 2 or len(factors) < len(summed):
             return  # one backward, or a loss divided by something that is not a constant
-        lines = {line for line, _ in summed}
+        lines = {line for line, _ in summed}  # where the summed backwards ran
         if set(factors) == {1.0}:
             evidence = f"{len(summed)} backward passes added into the gradients this step applies, no loss divided"
         elif min(map(abs, factors)) > 0 and max(map(abs, factors)) / min(map(abs, factors)) > 1 + 1e-6:
@@ -746,8 +746,9 @@ class Tracer:
             evidence = f"the {len(summed)} losses summed into this step were scaled by different factors ({shown}...)"
         else:
             return  # every loss scaled by the same constant: averaged
-        for hint in self.hints:
-            if hint.code == "GL018" and any(hint.line <= line <= hint.end_line for line in lines):
+        for hint in self.hints:  # the backward's line, or the division by a running count before it
+            ran = self.lines.ran_since(hint.line, hint.end_line, steps=self.steps)
+            if hint.code == "GL018" and (ran or any(hint.line <= line <= hint.end_line for line in lines)):
                 self.report("GL018", hint.line, evidence)
 
     # -- late retain_grad (GL015) ------------------------------------------------------
