@@ -14,6 +14,7 @@ from gradlint.rule import all_rules
 ROOT = Path(__file__).parent.parent
 # One finding of every rule; each line is what `gradlint examples/` prints, less the message.
 EXPECTED = """\
+examples/accumulate_language_model.py:35:13: GL018
 examples/amp_finetune.py:37:9: GL007
 examples/amp_finetune.py:48:27: GL006
 examples/distill_student.py:29:21: GL014

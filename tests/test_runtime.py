@@ -338,3 +338,14 @@ def test_the_html_report_shows_static_evidence_beside_what_was_observed() -> Non
     page = render_html(TraceReport("t.py", [TracedFinding(finding, CONFIRMED, "`total` holds 2 graphs")], run))
     assert "Static evidence" in page and "line 6: `loss` gets its graph" in page
     assert "growth per step: <code>4" in page and "`total` holds 2 graphs" in page
+
+
+def test_accumulation_is_judged_by_the_factors_of_the_summed_losses(traced: dict[str, Traced]) -> None:
+    # GL018: the losses summed into one step are confirmed unscaled (factor 1) or scaled unequally (a running
+    # count); a loss divided by k where the linter cannot see it (a callable object) is not reproduced.
+    bug = traced["gl018_bug.py"]
+    [unscaled] = bug.at(13, "GL018")
+    [counted] = bug.at(21, "GL018")
+    assert "no loss divided" in unscaled["evidence"] and "different factors" in counted["evidence"]
+    [averaged] = traced["gl018_clean.py"].at(31, "GL018")
+    assert averaged["status"] == "not-reproduced"

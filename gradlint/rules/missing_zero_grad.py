@@ -38,6 +38,9 @@ class MissingZeroGrad(Rule):
     Clears done in a helper of the same module (`self.reset_grad()`) count, and gradient
     accumulation that clears right after its conditional step is fine.
 
+    A clear on every micro-batch is this rule's finding; GL018 accumulation-not-scaled
+    owns only the loss of an accumulation that is not divided by the number of micro-batches.
+
     Known problems
     A clear done by a caller in another module is not seen.
 

@@ -140,6 +140,11 @@ class Tracer:
         self._evaluating: dict[int, RemovableHandle] = {}  # modules put in eval mode -> their forward hook
         self._eval_graphs: dict[int, int] = {}  # line -> model calls in eval mode that recorded a graph
         self._eval_backward = False
+        # GL018, only where a static finding asks: each backward's loss factor and the parameters it reached
+        self._accumulating = any(hint.code == "GL018" for hint in hints)
+        self._factors: list[float | None] = []  # of the backward running now, read before it frees its graph
+        self._micro_batches: list[tuple[int, float | None, set[int]]] = []  # line, factor, params since the step
+        self._scaled: dict[int, tuple[Node, Node]] = {}  # GradScaler output's grad_fn -> (it, the loss's grad_fn)
 
     # -- installing -----------------------------------------------------------------
 
@@ -274,6 +279,8 @@ class Tracer:
         self._use_retained(roots, line)
         if not accumulates:
             return {}
+        if self._accumulating:
+            self._factors = [self._loss_factor(root) for root in roots]
         for root in roots:
             if root.grad_fn is None and root.requires_grad:
                 self._confirm_or_report(
@@ -287,6 +294,8 @@ class Tracer:
     ) -> None:
         if accumulates:
             self._update_ledger(before, line)
+            if self._accumulating:
+                self._note_micro_batch(before, line)
             for root in roots:
                 if root.grad_fn is not None:
                     self._roots.append((root.grad_fn, self.steps, line))
@@ -499,6 +508,8 @@ class Tracer:
                 f"optimizer.step() runs again on the gradients the step at line {step_line} already applied",
             )
         self._check_contaminated(params)
+        if self._accumulating:
+            self._check_accumulation(params)
         cleared = self._check_discarded(params, line)
         if _sampled(self.steps + 1):
             self._check_dead(optimizer, params, cleared)
@@ -574,6 +585,7 @@ class Tracer:
             self._contaminated.pop(id(param), None)
             if param.grad is not None:
                 self._stepped[id(param)] = (weakref.ref(param.grad), _version(param.grad), line)
+        self._micro_batches, self._scaled = [], {}
         self._opt_steps[id(optimizer)] = self._opt_steps.get(id(optimizer), 0) + 1
         self._opt_backwards[id(optimizer)] = self.backwards
         self.steps += 1
@@ -623,6 +635,7 @@ class Tracer:
     @_guarded
     def _clear(self, params: list[torch.Tensor]) -> None:
         line = self._line()
+        self._micro_batches = []  # what accumulates starts again
         for param in params:
             self._contaminated.pop(id(param), None)
             backward_line = self._contributed.pop(id(param), None)
@@ -667,7 +680,10 @@ class Tracer:
     def _scaler_scale(self, original: Callable[..., Any], scaler: GradScaler, *a: Any, **k: Any) -> Any:
         if scaler.is_enabled():
             self._scalers.setdefault(scaler, _ScalerState()).scaled = True
-        return original(scaler, *a, **k)
+        result = original(scaler, *a, **k)
+        if self._accumulating:
+            self._note_scaled(a[0] if a else k.get("outputs"), result)
+        return result
 
     def _scaler_unscale(self, original: Callable[..., Any], scaler: GradScaler, optimizer: Any, *a: Any) -> Any:
         self._scalers.setdefault(scaler, _ScalerState()).unscaled.add(id(optimizer))
@@ -676,6 +692,64 @@ class Tracer:
     def _scaler_update(self, original: Callable[..., Any], scaler: GradScaler, *a: Any, **k: Any) -> Any:
         self._scalers[scaler] = _ScalerState()
         return original(scaler, *a, **k)
+
+    # -- gradient accumulation (GL018) ------------------------------------------------
+
+    @_guarded
+    def _note_scaled(self, loss: object, scaled: object) -> None:
+        """Remember what `scaler.scale(loss)` multiplied, so the loss's own factor is read under it."""
+        if not (isinstance(loss, torch.Tensor) and isinstance(scaled, torch.Tensor)):
+            return
+        if loss.grad_fn is not None and scaled.grad_fn is not None and loss.grad_fn is not scaled.grad_fn:
+            self._scaled[id(scaled.grad_fn)] = (scaled.grad_fn, loss.grad_fn)
+
+    def _loss_factor(self, root: torch.Tensor) -> float | None:
+        """The constant the loss was last multiplied by (1/k for `loss / k`), 1.0 for none, None if not a constant."""
+        node = root.grad_fn
+        if node is not None and id(node) in self._scaled:
+            node = self._scaled[id(node)][1]
+        name = type(node).__name__
+        if name not in ("DivBackward0", "MulBackward0"):
+            return 1.0
+        operands = [getattr(node, "_saved_other", None)] + (
+            [getattr(node, "_saved_self", None)] if "Mul" in name else []
+        )
+        constants = [t for t in operands if isinstance(t, torch.Tensor) and t.numel() == 1 and not t.requires_grad]
+        if len(constants) != 1:
+            return None  # divided by something that itself carries a gradient, or an elementwise mask
+        value = float(constants[0].item())
+        return (1.0 / value if value else None) if name == "DivBackward0" else value
+
+    @_guarded
+    def _note_micro_batch(self, before: dict[int, Any], line: int) -> None:
+        reached = {
+            pid
+            for pid, (param, old, version) in before.items()
+            if param.grad is not None and (param.grad is not old or _version(param.grad) != version)
+        }
+        if reached:
+            factors = [factor for factor in self._factors if factor != 1.0] or self._factors[:1]
+            self._micro_batches.append((line, factors[0] if factors else None, reached))
+
+    def _check_accumulation(self, params: list[torch.Tensor]) -> None:
+        """GL018: two or more backwards added into the gradients this step applies, their losses not divided by k."""
+        ids = {id(p) for p in params}
+        summed = [(line, factor) for line, factor, reached in self._micro_batches if reached & ids]
+        factors = [factor for _, factor in summed if factor is not None]
+        if len(summed) < 2 or len(factors) < len(summed):
+            return  # one backward, or a loss divided by something that is not a constant
+        lines = {line for line, _ in summed}  # where the summed backwards ran
+        if set(factors) == {1.0}:
+            evidence = f"{len(summed)} backward passes added into the gradients this step applies, no loss divided"
+        elif min(map(abs, factors)) > 0 and max(map(abs, factors)) / min(map(abs, factors)) > 1 + 1e-6:
+            shown = ", ".join(f"{factor:.3g}" for factor in factors[:4])
+            evidence = f"the {len(summed)} losses summed into this step were scaled by different factors ({shown}...)"
+        else:
+            return  # every loss scaled by the same constant: averaged
+        for hint in self.hints:  # the backward's line, or the division by a running count before it
+            ran = self.lines.ran_since(hint.line, hint.end_line, steps=self.steps)
+            if hint.code == "GL018" and (ran or any(hint.line <= line <= hint.end_line for line in lines)):
+                self.report("GL018", hint.line, evidence)
 
     # -- late retain_grad (GL015) ------------------------------------------------------
 

@@ -1,0 +1,495 @@
+"""Gradient accumulation: backward passes whose gradients add up into one optimizer step.
+
+Two shapes are recognised. A step guarded by an accumulation condition (`if (i + 1) %
+accum == 0:`, `if is_grad_step:` bound from one, `if n_accum >= accum_steps:` with a
+counter that the loop increments) while the backward runs on every iteration; and an
+inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
+chunk in batch.chunk(k):`) that backpropagates, with the step after it. For each, the
+loss that reaches the backward is judged: divided (or multiplied by a reciprocal) by a
+constant, divided by a running counter, not divided, or not known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+
+import libcst as cst
+
+from gradlint.analysis.collect import Collected, Loop, Scope
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.origins import Binding, Origins
+from gradlint.analysis.steps import Event, EventIndex, Kind
+
+MAX_DEPTH = 4
+# Words in a loop's bound or variable that say it walks the micro-batches of one step.
+MICRO_WORDS = ("accum", "micro", "grad_acc", "chunk")
+# Methods and functions that split one batch into micro-batches.
+SPLITTERS = frozenset({"chunk", "split", "tensor_split"})
+# Wrappers whose backward divides the loss by their own accumulation steps (Accelerate, DeepSpeed).
+SCALING_WRAPPERS = frozenset({"accelerator", "engine", "model_engine", "deepspeed_engine"})
+# Calls that combine several losses: what each part was divided by is not followed.
+COMBINERS = frozenset({"sum", "stack", "cat", "mean", "fsum"})
+# Tensor methods that keep the scale of the value they are called on.
+SCALE_KEEPING = frozenset({"mean", "sum", "float", "half", "to", "squeeze", "view", "reshape", "clone", "cuda"})
+
+
+class Scaling(Enum):
+    """How a backpropagated loss relates to the number of accumulated micro-batches."""
+
+    SCALED = "scaled"  # divided by a constant (or gradients averaged): fine
+    COUNTER = "counter"  # divided by a count that grows within the accumulation
+    UNSCALED = "unscaled"  # the plain loss of a model or criterion call
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """A backward whose gradient is summed with others before `step` applies them."""
+
+    backward: Event
+    step: Event
+    factor: cst.BaseExpression | None  # k, where the source names it
+    counter: cst.BaseExpression | None = None  # the running count the loss is divided by
+    counted_at: cst.CSTNode | None = None  # the statement that divides by it
+
+
+class Accumulations:
+    """Finds gradient accumulation and judges how each accumulated loss is scaled."""
+
+    def __init__(self, collected: Collected, events: EventIndex, origins: Origins) -> None:
+        self.collected = collected
+        self.events = events
+        self.origins = origins
+
+    def unscaled(self, scopes: list[Scope]) -> Iterator[tuple[Accumulation, Scaling]]:
+        """Accumulated backwards whose loss is not divided by k, or divided by a running count."""
+        seen: set[int] = set()
+        for scope in scopes:
+            if isinstance(scope, cst.FunctionDef) and scope in self.events.called:
+                continue  # its events are judged where it is called
+            for found in self._in_scope(self.events.scope_events(scope)):
+                if id(found.backward.node) in seen or self._averages_gradients(found) or self._virtual(found):
+                    continue
+                scaling, judge = self.scaling(found)
+                if scaling in (Scaling.UNSCALED, Scaling.COUNTER):
+                    seen.add(id(found.backward.node))
+                    counter, at = (judge.counter, judge.counted_at) if judge is not None else (None, None)
+                    yield Accumulation(found.backward, found.step, found.factor, counter, at), scaling
+
+    def _in_scope(self, events: tuple[Event, ...]) -> Iterator[Accumulation]:
+        for step in (event for event in events if event.kind is Kind.STEP):
+            yield from self._guarded(events, step)
+            yield from self._after_micro_loop(events, step)
+
+    # -- shape 1: a step under an accumulation condition ------------------------------------
+
+    def _guarded(self, events: tuple[Event, ...], step: Event) -> Iterator[Accumulation]:
+        for guard in step.ifs:
+            factor = self._accumulation_test(guard, step.loops)
+            if factor is None or not isinstance(guard, cst.If):
+                continue
+            loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
+            if loop is None and not isinstance(self.collected.contexts[guard].scope, cst.FunctionDef):
+                return
+            # No loop: a function run once per batch by its caller (Lightning's `training_step(batch, batch_idx)`).
+            inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
+            if any(e.kind is Kind.CLEAR and guard not in e.ifs for e in inside):
+                return  # a clear on every micro-batch: GL002 owns it
+            if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
+                return  # something steps every iteration: not accumulation
+            backwards = self._accumulated(guard, [e for e in inside if e.kind is Kind.BACKWARD])
+            for backward in backwards:
+                yield Accumulation(backward, step, factor)
+            return
+
+    def _accumulated(self, guard: cst.If, backwards: list[Event]) -> list[Event]:
+        """The backwards that run on every iteration, whichever way `guard` goes."""
+        guarded = [event for event in backwards if guard in event.ifs]
+        branches = {self.collected.in_body(guard, event.node) for event in guarded}
+        if guarded and len(branches) < 2:
+            return []  # Ex) GAN: the generator's own backward and step, every n_critic batches
+        return [event for event in backwards if not event.no_grad]
+
+    def _accumulation_guards(self, event: Event) -> bool:
+        return any(self._accumulation_test(guard, event.loops) is not None for guard in event.ifs)
+
+    def _accumulation_test(self, guard: cst.CSTNode, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
+        """k, when the `if` `guard` holds once every k iterations of `loops`."""
+        return self._holds_every_k(guard.test, guard, loops, 0) if isinstance(guard, cst.If) else None
+
+    def _holds_every_k(
+        self, test: cst.BaseExpression, guard: cst.If, loops: tuple[Loop, ...], depth: int
+    ) -> cst.BaseExpression | None:
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(test, cst.BooleanOperation):
+            return self._holds_every_k(test.left, guard, loops, depth + 1) or self._holds_every_k(
+                test.right, guard, loops, depth + 1
+            )
+        if isinstance(test, cst.Comparison):
+            return _modulo_divisor(test.left) or self._counter_bound(test, loops)
+        key = dotted_name(test)
+        if key is None:
+            return None
+        for definition in self.origins.definitions(key, guard):  # Ex) is_grad_step = (i + 1) % k == 0
+            if definition.binding is Binding.ASSIGN:
+                found = self._holds_every_k(definition.value, guard, loops, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _counter_bound(self, test: cst.Comparison, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
+        # Ex) if accum_n_steps >= accum_grad_n_steps:  (accum_n_steps += 1 in the loop)
+        if len(test.comparisons) != 1 or not self.is_counter(test.left, loops):
+            return None
+        target = test.comparisons[0]
+        if not isinstance(target.operator, (cst.GreaterThanEqual, cst.Equal, cst.GreaterThan)):
+            return None
+        return None if isinstance(target.comparator, (cst.Integer, cst.Float)) else target.comparator
+
+    # -- shape 2: an inner micro-batch loop that backpropagates, the step after it ------------
+
+    def _after_micro_loop(self, events: tuple[Event, ...], step: Event) -> Iterator[Accumulation]:
+        depth = len(step.loops)
+        for backward in events:
+            if backward.kind is not Kind.BACKWARD or len(backward.loops) <= depth:
+                continue
+            if backward.loops[:depth] != step.loops or events.index(backward) > events.index(step):
+                continue
+            micro = backward.loops[depth]
+            factor = self._micro_factor(micro)
+            if factor is None:
+                continue
+            inner = [event for event in events if micro in event.loops]
+            if any(event.kind in (Kind.STEP, Kind.CLEAR) for event in inner):
+                continue  # steps inside (not accumulation), or clears every micro-batch (GL002)
+            if _between(events, backward, step, Kind.STEP):
+                continue
+            yield Accumulation(backward, step, factor)
+
+    def _micro_factor(self, loop: Loop) -> cst.BaseExpression | None:
+        """k for a loop over the micro-batches of one step, else None."""
+        if not isinstance(loop, cst.For):
+            return None
+        iterable = loop.iter
+        if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("zip", "enumerate") and iterable.args:
+            iterable = iterable.args[0].value  # zip(x.chunk(k), y.chunk(k)), enumerate(micro_batches)
+        named = any(word in (_text(node) or "").lower() for node in (loop.target, iterable) for word in MICRO_WORDS)
+        if isinstance(iterable, cst.Call) and last_name(iterable.func) == "range" and len(iterable.args) == 1:
+            bound = iterable.args[0].value
+            return bound if named or any(word in (_text(bound) or "").lower() for word in MICRO_WORDS) else None
+        if isinstance(iterable, cst.Call) and last_name(iterable.func) in SPLITTERS:
+            positional = [arg.value for arg in iterable.args if arg.keyword is None]
+            if last_name(iterable.func) == "chunk" and positional:
+                return positional[-1]  # x.chunk(k), torch.chunk(x, k): k parts
+            return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
+        if named and isinstance(iterable, (cst.Name, cst.Attribute)):
+            return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
+        return None
+
+    # -- judging the loss ----------------------------------------------------------------------
+
+    def scaling(self, found: Accumulation) -> tuple[Scaling, _Judge | None]:
+        """How the loss that `found.backward` propagates is scaled, and the judge that found the running count."""
+        backward = found.backward
+        node = backward.node
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and last_name(node.func.value) in SCALING_WRAPPERS
+        ):
+            return Scaling.SCALED, None  # accelerator.backward(loss) divides by its own steps
+        value = backward.value
+        if value is None or not isinstance(node, cst.Call) or node not in self.collected.statement_of:
+            return Scaling.UNKNOWN, None
+        original = self.events.classify(node)
+        at_node = node if original is not None and original[1] is value else backward.site
+        if not isinstance(at_node, cst.Call) or at_node not in self.collected.statement_of:
+            return Scaling.UNKNOWN, None
+        judge = _Judge(self, backward.loops, found.factor)
+        result = judge.expression(value, self.collected.statement_of[at_node], 0)
+        return result, judge
+
+    def is_counter(self, node: cst.BaseExpression, loops: tuple[Loop, ...]) -> bool:
+        """Whether `node` reads a count that changes every iteration: `i`, `i + 1`, `n_accum` (`n_accum += 1`)."""
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_counter(node.left, loops) or self.is_counter(node.right, loops)
+        key = dotted_name(node)
+        if key is None:
+            return False
+        for loop in loops:
+            if isinstance(loop, cst.For) and key in _index_names(loop):
+                return True
+            for statement in self.collected.statements_in_loop(loop):
+                if (
+                    isinstance(statement, cst.AugAssign)
+                    and isinstance(statement.operator, cst.AddAssign)
+                    and dotted_name(statement.target) == key
+                ):
+                    return True
+        return False
+
+    def _virtual(self, found: Accumulation) -> bool:
+        """Opacus before 1.0: `optimizer.virtual_step()` keeps the clipped per-sample gradients, `step()` averages."""
+        scopes = {self.collected.contexts[node].scope for node in (found.step.node, found.step.site)}
+        return any(
+            last_name(call.func) == "virtual_step" for scope in scopes for call in self.collected.calls_in_scope(scope)
+        )
+
+    def _averages_gradients(self, found: Accumulation) -> bool:
+        """Whether the scope that steps divides the gradients itself (`p.grad /= k`, `p.grad.div_(k)`)."""
+        scopes = {self.collected.contexts[node].scope for node in (found.step.node, found.step.site)}
+        return any(
+            _divides_gradient(statement) for scope in scopes for statement in self.collected.statements_in_scope(scope)
+        )
+
+
+class _Judge:
+    """Follows a loss back through its assignments to what it was divided by."""
+
+    def __init__(self, accumulations: Accumulations, loops: tuple[Loop, ...], factor: cst.BaseExpression | None):
+        self.accumulations = accumulations
+        self.loops = loops
+        self.factor = dotted_name(factor) if factor is not None else None
+        self.counter: cst.BaseExpression | None = None
+        self.counted_at: cst.CSTNode | None = None
+
+    def expression(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> Scaling:
+        if depth > MAX_DEPTH:
+            return Scaling.UNKNOWN
+        if isinstance(node, cst.BinaryOperation):
+            return self._operation(node, at, depth)
+        if isinstance(node, cst.Call):
+            return self._call(node, at, depth)
+        if isinstance(node, cst.Subscript) or (isinstance(node, cst.Attribute) and dotted_name(node) is None):
+            return self.expression(node.value, at, depth + 1)  # out["loss"], losses[0], model(**batch).loss
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return self._name(node, at, depth)
+        return Scaling.UNKNOWN
+
+    def divided(self, divisor: cst.BaseExpression, at: cst.CSTNode) -> Scaling:
+        if dotted_name(divisor) != self.factor and self.accumulations.is_counter(divisor, self.loops):
+            self.counter, self.counted_at = divisor, at
+            return Scaling.COUNTER
+        return Scaling.SCALED
+
+    def _operation(self, node: cst.BinaryOperation, at: cst.CSTNode, depth: int) -> Scaling:
+        operator = node.operator
+        if isinstance(operator, (cst.Divide, cst.FloorDivide)):
+            return self.divided(node.right, at)
+        if isinstance(operator, cst.Multiply):
+            for side in (node.left, node.right):
+                if isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.Divide):
+                    return self.divided(side.right, at)  # loss * (1 / k)
+        if isinstance(operator, cst.Multiply):
+            sides = [side for side in (node.left, node.right) if not self._is_weight(side, at)]
+            return _combine([self.expression(side, at, depth + 1) for side in sides])
+        if isinstance(operator, (cst.Add, cst.Subtract)):
+            return _combine([self.expression(node.left, at, depth + 1), self.expression(node.right, at, depth + 1)])
+        return Scaling.UNKNOWN
+
+    def _is_weight(self, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """A loss weight (`0.5`, `alpha`, `self.kd_weight`), not a scale the accumulation may have set."""
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, cst.Divide):
+            return self._is_weight(node.left, at) and self._is_weight(node.right, at)  # (1 - alpha)
+        key = dotted_name(node)
+        if key is None or (self.factor is not None and self.factor in key):
+            return False
+        if any(word in key.lower() for word in ("scale", "accum", "inv", "norm")):
+            return False
+        definitions = self.accumulations.origins.definitions(key, at)
+        return all(d.binding is Binding.OUTSIDE or isinstance(d.value, (cst.Integer, cst.Float)) for d in definitions)
+
+    def _call(self, node: cst.Call, at: cst.CSTNode, depth: int) -> Scaling:
+        func = node.func
+        name = last_name(func)
+        positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        if name in ("div", "div_", "true_divide") and positional:
+            return self.divided(positional[-1], at)
+        if isinstance(func, cst.Attribute) and name in SCALE_KEEPING and not self._is_module(func.value):
+            return self.expression(func.value, at, depth + 1)  # loss.mean(), criterion(out, y).sum()
+        if name in COMBINERS:
+            return Scaling.UNKNOWN  # sum(losses), torch.stack(losses).mean()
+        if self.factor is not None and any(dotted_name(arg.value) == self.factor for arg in node.args):
+            return Scaling.SCALED  # compute_loss(batch, accum_steps): handed k, it may divide
+        helper = self.accumulations.events.resolve_helper(node)
+        if helper is not None:
+            return self._returned(helper, depth)
+        return Scaling.UNSCALED  # a model or criterion call
+
+    def _is_module(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` names an imported module (`torch`, `np`), not a tensor."""
+        return dotted_name(node) in self.accumulations.collected.imports.aliases or dotted_name(node) == "torch"
+
+    def _returned(self, helper: cst.FunctionDef, depth: int) -> Scaling:
+        collected = self.accumulations.collected
+        results = [
+            self.expression(statement.value, statement, depth + 1)
+            for statement in collected.statements_in_scope(helper)
+            if isinstance(statement, cst.Return) and statement.value is not None
+        ]
+        return _combine(results) if results else Scaling.UNKNOWN
+
+    def _name(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> Scaling:
+        key = dotted_name(node) or ""
+        origins = self.accumulations.origins
+        definitions = origins.definitions(key, at)
+        if any(d.binding is Binding.OUTSIDE for d in definitions) and "." in key:
+            head = key.split(".", 1)[0]
+            if head not in ("self", "cls"):
+                definitions = origins.definitions(head, at)  # outputs.loss: what `outputs` holds
+        if self._scaled_in_place(key, at):
+            return Scaling.SCALED
+        results = [self._definition(d.binding, d.value, d.node, depth) for d in definitions]
+        return _combine(results) if results else Scaling.UNKNOWN
+
+    def _definition(self, binding: Binding, value: cst.BaseExpression, node: cst.CSTNode, depth: int) -> Scaling:
+        if binding in (Binding.ASSIGN, Binding.UNPACK):
+            return self.expression(value, node, depth + 1)
+        if (
+            binding is Binding.AUGMENT
+            and isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, (cst.DivideAssign, cst.FloorDivideAssign))
+        ):
+            return self.divided(value, node)  # loss /= accum_steps
+        return Scaling.UNKNOWN
+
+    def _scaled_in_place(self, key: str, at: cst.CSTNode) -> bool:
+        # Ex) loss.div_(accum_steps) earlier in the same scope
+        collected = self.accumulations.collected
+        scope = collected.contexts[at].scope if at in collected.contexts else collected.module
+        limit = collected.order.get(at, 0)
+        for statement in collected.statements_in_scope(scope):
+            if collected.order.get(statement, 0) >= limit:
+                break
+            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                func = statement.value.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value in ("div_", "mul_")
+                    and dotted_name(func.value) == key
+                ):
+                    return True
+        return False
+
+
+def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.FunctionDef, cst.Return]]:
+    """Hugging Face Trainers' `compute_loss` overrides that take `num_items_in_batch`, ignore it, divide by nothing.
+
+    Trainer divides the loss by the accumulation steps itself only when the model takes no loss
+    kwargs (`**kwargs` in its forward) or `num_items_in_batch` is None; otherwise it expects
+    `compute_loss` to use `num_items_in_batch`, or the class to set `model_accepts_loss_kwargs = False`.
+    """
+    if any(_sets_accepts_loss_kwargs(statement) for statement in collected.statements):
+        return
+    for function, owner in collected.owners.items():
+        if function.name.value != "compute_loss" or not any(
+            (last_name(base.value) or "").endswith("Trainer") for base in owner.bases
+        ):
+            continue
+        params = function.params
+        names = {param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        if "num_items_in_batch" not in names or _identifiers(function.body) & TRAINER_SCALING_NAMES:
+            continue
+        returns = [s for s in collected.statements_in_scope(function) if isinstance(s, cst.Return) and s.value]
+        if returns:
+            yield function, returns[-1]
+
+
+# What a `compute_loss` override reads when it scales for accumulation or defers to Trainer's own.
+TRAINER_SCALING_NAMES = frozenset(
+    {"num_items_in_batch", "gradient_accumulation_steps", "current_gradient_accumulation_steps", "compute_loss"}
+)
+
+
+def _sets_accepts_loss_kwargs(statement: cst.BaseSmallStatement) -> bool:
+    # Ex) self.model_accepts_loss_kwargs = False
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
+    return any(last_name(target) == "model_accepts_loss_kwargs" for target in targets)
+
+
+def _identifiers(node: cst.CSTNode) -> set[str]:
+    """Every name and attribute name read under `node`."""
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        pending.extend(current.children)
+    return found
+
+
+def _combine(results: list[Scaling]) -> Scaling:
+    """Any scaled part makes the loss scaled; it is unscaled only when every part is."""
+    for verdict in (Scaling.SCALED, Scaling.COUNTER):
+        if verdict in results:
+            return verdict
+    if results and all(result is Scaling.UNSCALED for result in results):
+        return Scaling.UNSCALED
+    return Scaling.UNKNOWN
+
+
+def _modulo_divisor(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    # Ex) (i + 1) % accum_steps == 0  ->  accum_steps
+    strings = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+    if (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Modulo)
+        and not isinstance(node.left, strings)
+    ):
+        return node.right
+    return None
+
+
+def _index_names(loop: cst.For) -> set[str]:
+    """The count a loop binds: `i` of `for i in range(n)` and of `for i, batch in enumerate(loader)`."""
+    iterable = loop.iter
+    if not isinstance(iterable, cst.Call):
+        return set()
+    called = last_name(iterable.func)
+    target = loop.target
+    if called == "range" and isinstance(target, cst.Name):
+        return {target.value}
+    if called == "enumerate" and isinstance(target, cst.Tuple) and target.elements:
+        first = target.elements[0].value
+        return {first.value} if isinstance(first, cst.Name) else set()
+    return set()
+
+
+def _between(events: tuple[Event, ...], first: Event, last: Event, kind: Kind) -> bool:
+    start, end = events.index(first), events.index(last)
+    return any(event.kind is kind for event in events[start + 1 : end])
+
+
+def _divides_gradient(statement: cst.BaseSmallStatement) -> bool:
+    """`p.grad /= k`, `p.grad.div_(k)`, `p.grad.data.mul_(1 / k)`, `p.grad = p.grad / k`."""
+    if isinstance(statement, cst.AugAssign):
+        return isinstance(statement.operator, (cst.DivideAssign, cst.MultiplyAssign)) and _mentions_grad(
+            statement.target
+        )
+    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        func = statement.value.func
+        return isinstance(func, cst.Attribute) and func.attr.value in ("div_", "mul_") and _mentions_grad(func.value)
+    if isinstance(statement, cst.Assign):
+        divides = isinstance(statement.value, cst.BinaryOperation) and isinstance(statement.value.operator, cst.Divide)
+        return divides and any(_mentions_grad(target.target) for target in statement.targets)
+    return False
+
+
+def _mentions_grad(node: cst.BaseExpression) -> bool:
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        if isinstance(node, cst.Attribute) and node.attr.value in ("grad", "grads"):
+            return True
+        node = node.value
+    return isinstance(node, cst.Name) and node.value in ("grad", "grads")
+
+
+def _text(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Tuple):
+        return " ".join(filter(None, (_text(element.value) for element in node.elements)))
+    return dotted_name(node)
