@@ -73,6 +73,7 @@ class GradReads:
     def __init__(self, analysis: ModuleAnalysis) -> None:
         self.analysis = analysis
         self._checked: dict[Scope, frozenset[str]] = {}
+        self._assigned: dict[Scope, dict[str, int]] = {}
 
     @cached_property
     def reads(self) -> list[GradRead]:
@@ -90,18 +91,37 @@ class GradReads:
         return self.analysis.leaves.held(read.receiver, at) is Held.LEAF or self.analysis.is_grad(read.receiver, at)
 
     def may_be_none_checked(self, read: GradRead) -> bool:
-        """Whether the scope tests the gradient (`p.grad is None`) or gave it a value before (`p.grad = ...`)."""
+        """Whether the scope tests the gradient (`p.grad is None`), gave it a value before (`p.grad = ...`), or
+        catches the error a None raises (`try: ... except AttributeError:`)."""
         analysis = self.analysis
+        if read.statement in self._caught:
+            return True
         scope = analysis.context(read.statement).scope
         if scope not in self._checked:
             self._checked[scope] = frozenset(_compared_keys(scope, analysis))
         if read.key in self._checked[scope]:
             return True
-        order = analysis.collected.order
-        return any(
-            order[statement] < order[read.statement] and read.key in _assigned_keys(statement, analysis)
-            for statement in analysis.collected.statements_in_scope(scope)
-        )
+        if scope not in self._assigned:
+            self._assigned[scope] = self._first_assignments(scope)
+        first = self._assigned[scope].get(read.key)
+        return first is not None and first < analysis.collected.order[read.statement]
+
+    def _first_assignments(self, scope: Scope) -> dict[str, int]:
+        """Where the scope first sets each receiver's `.grad` (`p.grad = None`), by statement order."""
+        found: dict[str, int] = {}
+        for statement in self.analysis.collected.statements_in_scope(scope):
+            for key in _assigned_keys(statement, self.analysis):
+                found.setdefault(key, self.analysis.collected.order[statement])
+        return found
+
+    @cached_property
+    def _caught(self) -> frozenset[cst.CSTNode]:
+        """The simple statements in the body of a `try` that catches AttributeError or TypeError."""
+        found: set[cst.CSTNode] = set()
+        for node in _descendants(self.analysis.module):
+            if isinstance(node, cst.Try) and any(_catches_none_errors(handler) for handler in node.handlers):
+                found.update(inner for inner in _descendants(node.body) if isinstance(inner, cst.BaseSmallStatement))
+        return frozenset(found)
 
     def backward_before(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Whether a backward pass may have run before `node`: earlier in its scope, or before a call of its scope."""
@@ -130,12 +150,17 @@ class GradReads:
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls of this module that run `function`: by name, on `self`, or on an instance of its class."""
+        return self._call_sites.get(function, [])
+
+    @cached_property
+    def _call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
         events = self.analysis.events
-        return [
-            call
-            for call in self.analysis.collected.calls
-            if (events.resolve_helper(call) or events.resolve_instance_method(call)) is function
-        ]
+        sites: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call in self.analysis.collected.calls:
+            function = events.resolve_helper(call) or events.resolve_instance_method(call)
+            if function is not None:
+                sites.setdefault(function, []).append(call)
+        return sites
 
     def runs_backward(self, function: cst.FunctionDef) -> bool:
         """Whether `function` runs a backward pass itself or through what it calls."""
@@ -179,12 +204,16 @@ class GradReads:
 
     def _retained(self, key: str) -> bool:
         # Any `key.retain_grad()` or `key.requires_grad_()` in the module: a late one is GL015's.
+        return key in self._switched_keys
+
+    @cached_property
+    def _switched_keys(self) -> frozenset[str]:
+        found: set[str] = set()
         for call in self.analysis.collected.calls:
             func = call.func
-            switches = isinstance(func, cst.Attribute) and func.attr.value in ("retain_grad", "requires_grad_")
-            if switches and isinstance(func, cst.Attribute) and dotted_name(func.value) == key:
-                return True
-        return False
+            if isinstance(func, cst.Attribute) and func.attr.value in ("retain_grad", "requires_grad_"):
+                found.add(dotted_name(func.value) or "")
+        return frozenset(found)
 
     def _events(self, scope: Scope) -> tuple[Event, ...]:
         return self.analysis.events.scope_events(scope)
@@ -219,11 +248,23 @@ def _use(parent: cst.CSTNode, child: cst.CSTNode) -> str | None:
 
 
 def _edges(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
-    for child in node.children:
-        if isinstance(child, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
-            continue
-        yield node, child
-        yield from _edges(child)
+    """Every (parent, child) pair under `node`, not entering nested functions, classes or lambdas."""
+    # Iterative: a long chain of `a + b + ...` nests deeper than Python's recursion limit.
+    pending = [node]
+    while pending:
+        parent = pending.pop()
+        for child in reversed(parent.children):
+            if not isinstance(child, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+                yield parent, child
+                pending.append(child)
+
+
+def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    pending = list(node.children)
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(current.children)
 
 
 def _is_grad(node: cst.CSTNode) -> bool:
@@ -255,3 +296,15 @@ def _assigned_keys(statement: cst.BaseSmallStatement, analysis: ModuleAnalysis) 
         for target in targets
         if isinstance(target, cst.Attribute) and _is_grad(target)
     }
+
+
+def _catches_none_errors(handler: cst.ExceptHandler) -> bool:
+    # Ex) except AttributeError:  /  except (AttributeError, TypeError):  /  except Exception:  /  except:
+    if handler.type is None:
+        return True
+    names = (
+        {dotted_name(element.value) for element in handler.type.elements}
+        if isinstance(handler.type, cst.Tuple)
+        else {dotted_name(handler.type)}
+    )
+    return bool(names & {"AttributeError", "TypeError", "Exception", "BaseException"})

@@ -30,21 +30,24 @@ class GradReadBeforeBackward(Rule):
 
     Only uses that need a tensor are reported (`.zero_()`, `.data`, `.norm()`, indexing,
     arithmetic, `+=`): printing or storing a None is not. Not reported: a read guarded by
-    a None test on the same gradient (`if p.grad is not None`), a gradient the scope
-    assigns itself (`p.grad = torch.zeros_like(p)`), zeroing at the end of the loop body
-    (the backward above it filled the gradient), a read in a function that one of its
-    callers in this module reaches after a backward pass, Lightning's hooks that run
-    after backward (`on_after_backward`, `on_before_optimizer_step`,
-    `configure_gradient_clipping`), and results of `torch.autograd.grad`. A
-    `retain_grad()` called after the backward pass is GL015 late-retain-grad's finding;
-    this rule reports a non-leaf's `.grad` only when `retain_grad()` is never called on it.
+    a None test on the same gradient (`if p.grad is not None`) or by a `try` that catches
+    the error; a gradient the scope assigned before (`p.grad = torch.zeros_like(p)`);
+    zeroing at the end of the loop body (the backward above it filled the gradient); a
+    read in a function that a caller in this module reaches after a backward pass;
+    Lightning's hooks that run after backward (`on_after_backward`,
+    `on_before_optimizer_step`, `configure_gradient_clipping`); results of
+    `torch.autograd.grad`. A `retain_grad()` called after the backward pass is GL015
+    late-retain-grad's finding; this rule reports a non-leaf's `.grad` only when
+    `retain_grad()` is never called on it.
 
     Known problems
-    A read inside an `if` that the backward pass is not also in (`if step > 0:`) is not
-    reported, since the test may skip the first iteration. A backward pass run by a caller
-    in another module before it calls the reading function is not seen, and a helper of
-    another module that reads gradients is not followed: its reads are judged where it is
-    defined. Reads in the header of an `if`, `while` or `for` are not examined.
+    Any earlier backward pass of the scope counts as filling the gradient, even one
+    through another loss. A read inside an `if` that the backward pass is not also in
+    (`if step > 0:`) is not reported, since the test may skip the first iteration. A
+    backward pass that a caller in another module runs before calling the reading
+    function is not seen, and a helper of another module that reads gradients is judged
+    only where it is defined. Reads in the header of an `if`, `while` or `for` are not
+    examined.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.grad.html
