@@ -27,6 +27,7 @@ examples/gan_amp_training.py:47:13: GL008
 examples/manual_updates.py:29:13: GL003
 examples/manual_updates.py:46:13: GL004
 examples/manual_updates.py:60:9: GL005
+examples/numpy_style_regression.py:21:9: GL021
 examples/saliency_map.py:23:5: GL015
 examples/train_classifier.py:43:13: GL001
 examples/train_classifier.py:53:9: GL002

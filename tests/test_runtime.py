@@ -156,6 +156,16 @@ def test_script_exceptions_are_reported_with_their_user_line(traced: dict[str, T
     assert "inplace operation" in exception["message"]
 
 
+def test_a_script_without_an_optimizer_steps_at_its_backward_passes(traced: dict[str, Traced]) -> None:
+    # Issue 14: manual updates under no_grad; the step limit, the step count and GL001's
+    # per-step confirmation all run on backward passes (before: "0 optimizer steps", not reproduced).
+    for name in ("gl001_manual_bug.py", "gl001_manual_clean.py"):
+        run = traced[name].report["run"]
+        assert (run["reason"], run["steps"]) == ("steps", 3), run  # type: ignore[index]
+    [leak] = traced["gl001_manual_bug.py"].at(19, "GL001")
+    assert leak["observed"]["growth_per_step"] > 0  # type: ignore[index]
+
+
 def test_html_report_is_self_contained(traced: dict[str, Traced], temporary: Path) -> None:
     assert traced["gl006_bug.py"].returncode == 1
     page = (temporary / "report.html").read_text()

@@ -24,7 +24,9 @@ class LateRetainGrad(Rule):
 
     A `retain_grad()` followed by another backward pass (a second loss, the next
     iteration over the same tensor), or on a tensor the function returns to its caller,
-    is not reported.
+    is not reported. A non-leaf's `.grad` read with no `retain_grad()` call at all is
+    GL021 grad-read-before-backward's finding; this rule owns a `retain_grad()` that
+    comes after the backward pass.
 
     Known problems
     A backward pass that a caller runs after the function returns is not seen.

@@ -25,7 +25,7 @@ NOT_CHECKED = "not-checked"  # the line ran, but the tracer has no check for thi
 CHECKED_CODES = frozenset({f"GL{n:03d}" for n in range(1, 16)} | {"GL018"})
 
 _REASONS = {
-    "steps": "stopped after the requested number of optimizer steps",
+    "steps": "stopped after the requested number of steps",
     "finished": "the script finished",
     "exit": "the script called sys.exit",
     "exception": "the script raised an exception",
@@ -71,7 +71,7 @@ class TraceReport:
         end = self.run.of_kind("end")
         steps = end[-1].get("steps", 0) if end else len(self.run.of_kind("step"))
         lines = [
-            f"Traced {self.path}: {steps} optimizer step(s) in {self.run.seconds:.1f} s; "
+            f"Traced {self.path}: {steps} {self._step_unit()} in {self.run.seconds:.1f} s; "
             f"{_REASONS.get(self.run.reason, self.run.reason)}{': ' + self.run.detail if self.run.detail else ''}.",
             ", ".join(f"{counts[s]} {s.replace('-', ' ')}" for s in _STATUSES) + ".",
         ]
@@ -83,6 +83,12 @@ class TraceReport:
             where = f"{self._display(str(self.exception['path']))}:{self.exception['line']}"
             lines.append(f"The script raised {self.exception['type']} at {where}: {self.exception['message']}")
         return "\n".join(lines)
+
+    def _step_unit(self) -> str:
+        # A script without an optimizer: the tracer counts its backward passes as its steps.
+        if any(step.get("manual") for step in self.run.of_kind("step")):
+            return "step(s) (backward passes: the script builds no optimizer)"
+        return "optimizer step(s)"
 
     def _display(self, path: str) -> str:
         return self.path if path == str(Path(self.path).resolve()) else path

@@ -258,6 +258,8 @@ class Tracer:
         self, roots: list[torch.Tensor], retain: bool, accumulates: bool, call: Callable[[], Any]
     ) -> Any:
         self._check_stop()
+        if accumulates:
+            self._end_manual_step()
         path, line = self._where()
         grad_enabled = torch.is_grad_enabled()
         self._depth += 1
@@ -588,18 +590,50 @@ class Tracer:
         self._micro_batches, self._scaled = [], {}
         self._opt_steps[id(optimizer)] = self._opt_steps.get(id(optimizer), 0) + 1
         self._opt_backwards[id(optimizer)] = self.backwards
+        self._record_step(stop=True)
+
+    def _record_step(self, *, stop: bool, **extra: object) -> None:
+        """Count a finished step: stamp the lines, emit what it held and the coverage; stop after enough steps."""
         self.steps += 1
         self.lines.stamp = (self.backwards, self.steps)
         if _sampled(self.steps):
+            graph_nodes = self._scan_variables()
             self.events.emit(
-                "step", step=self.steps, graph_nodes=self._scan_variables(), grad_norms=self._norms, loss=self._loss
+                "step", step=self.steps, graph_nodes=graph_nodes, grad_norms=self._norms, loss=self._loss, **extra
             )
         self._norms, self._losses, self._loss = {}, [], None
         if len(self.lines.hits) != self._covered:
             self._covered = len(self.lines.hits)
             self.events.emit("coverage", lines=sorted(self.lines.hits))
-        if self.steps >= self.max_steps and (not self._leaks or self.steps > self.max_steps):
+        if stop and self.steps >= self.max_steps and (not self._leaks or self.steps > self.max_steps):
             self.request_stop("steps")
+
+    # -- scripts without an optimizer: each backward pass is a step -----------------------
+
+    @_guarded
+    def _end_manual_step(self, *, stop: bool = True) -> None:
+        """Without any optimizer, a backward pass that begins (or the script's end) ends the step of the one before.
+
+        The hand-written update (`w -= lr * w.grad` under no_grad) ran in between, so the step
+        counts, limits and confirms findings as an optimizer's step would.
+        """
+        if self._optimizers or self.backwards <= self.steps:
+            return
+        if _sampled(self.steps + 1):
+            leaves = self._reached_leaves()
+            self._norms = dict(zip(self._param_names(leaves), _norms(leaves), strict=True))
+            self._loss = self._step_loss()
+        self._record_step(stop=stop, manual=True)
+
+    def _reached_leaves(self) -> list[torch.Tensor]:
+        """The leaves this step's backward passes wrote gradients into (their AccumulateGrad nodes hold them)."""
+        found: dict[int, torch.Tensor] = {}
+        for root, step, _ in self._roots:
+            if step == self.steps:
+                for node in nodes(root):
+                    if is_accumulate(node):
+                        found.setdefault(id(node.variable), node.variable)  # type: ignore[attr-defined]  # AccumulateGrad
+        return list(found.values())
 
     @_guarded
     def _step_loss(self) -> float | list[float | None] | None:
@@ -813,6 +847,7 @@ class Tracer:
 
     def finish(self) -> None:
         """Report what is still pending when the script ends: leaks, an evaluation that never switched back."""
+        self._end_manual_step(stop=False)
         for line, evidence in self._leaks.values():
             self.report("GL001", line, evidence)
         self._leaks.clear()
