@@ -227,10 +227,53 @@ class LossTerms:
         return lineage.live or self._is_container(value, at)
 
     def _is_container(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        # Ex) aux_losses = [] ... aux_losses.append(...): the list's items are not traced
+        """A list of losses the lineage does not trace into, unless all its items are numbers (`.item()`)."""
+        # Ex) aux_losses = [] ... aux_losses.append(aux_head(h)): torch.tensor(aux_losses) copies them
         key = dotted_name(value)
         definitions = self.origins.definitions(key, at) if key is not None else frozenset()
-        return bool(definitions) and all(isinstance(d.value, (cst.List, cst.ListComp)) for d in definitions)
+        if not definitions or not all(_is_list(d.value) for d in definitions):
+            return False
+        items = [(d.value.elt, d.node) for d in definitions if isinstance(d.value, cst.ListComp)]
+        items += [(item, statement) for item, statement in self._appended(key or "", at)]
+        return any(self._may_carry(item, statement) for item, statement in items)
+
+    def _appended(self, key: str, at: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
+        scope = self.collected.contexts[at].scope if at in self.collected.contexts else None
+        found: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+        for statement in self.collected.statements_in_scope(scope) if scope is not None else []:
+            call = statement.value if isinstance(statement, cst.Expr) else None
+            if not isinstance(call, cst.Call) or not call.args or not isinstance(call.func, cst.Attribute):
+                continue
+            if call.func.attr.value == "append" and dotted_name(call.func.value) == key:
+                found.append((call.args[0].value, statement))
+        return found
+
+    def _may_carry(self, item: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        lineage = self.lineages.of(item, at)
+        if lineage.live:
+            return True
+        # Not traced (another module's call, an unpacked result): may carry history, unless a number
+        if lineage.grad or isinstance(item, (cst.BaseNumber, cst.BaseString)) or self._is_cutting(item):
+            return False
+        return self._blame(item, at, frozenset(), 0) is None
+
+    def returned_rewraps(self, value: cst.Tuple, at: cst.CSTNode) -> list[CutTerm]:
+        """Losses a function returns copied by `torch.tensor(...)` beside an output that keeps a gradient."""
+        # Ex) return logits, torch.mean(torch.tensor(aux_losses)): the caller adds a loss without history
+        elements = [element.value for element in value.elements]
+        found = []
+        for element in elements:
+            cut = self._cut(Term(element, at))
+            if (
+                cut is None
+                or not isinstance(cut.operation, cst.Call)
+                or last_name(cut.operation.func) not in REWRAPPING
+            ):
+                continue
+            rest = [Term(other, at) for other in elements if other is not element]
+            if self._kept_beside(cut, rest, backpropagated=True):
+                found.append(cut)
+        return found
 
 
 def _source_of(node: cst.CSTNode) -> cst.BaseExpression | None:
@@ -280,6 +323,13 @@ def _exposed(term: cst.BaseExpression) -> set[str]:
 
 def _is_data(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Attribute) and node.attr.value == "data"
+
+
+def _is_list(value: cst.BaseExpression) -> bool:
+    """A list display or comprehension, or a tuple of them unpacked (`states, losses = [], []`)."""
+    if isinstance(value, cst.Tuple):
+        return bool(value.elements) and all(_is_list(element.value) for element in value.elements)
+    return isinstance(value, (cst.List, cst.ListComp))
 
 
 def _is_sum(node: cst.BaseExpression) -> bool:

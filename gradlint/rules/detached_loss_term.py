@@ -6,8 +6,11 @@ import libcst as cst
 
 from gradlint.analysis import Kind
 from gradlint.analysis.lineage import Backpropagated
-from gradlint.analysis.terms import LossTerms
+from gradlint.analysis.terms import CutTerm, LossTerms
 from gradlint.rule import Rule
+
+ADDED = "and it is added to a loss with a gradient: it changes the loss but trains nothing"
+FROM_FORWARD = "and `forward` returns it as a loss beside an output with a gradient: adding it to a loss trains nothing"
 
 
 class DetachedLossTerm(Rule):
@@ -68,17 +71,30 @@ class DetachedLossTerm(Rule):
     """
 
     def check_module(self) -> None:
-        analysis = self.analysis
-        terms = LossTerms(analysis.collected, analysis.lineage, analysis.origins)
+        terms = LossTerms(self.analysis.collected, self.analysis.lineage, self.analysis.origins)
         reported: set[cst.CSTNode] = set()
         for loss, note, backpropagated in self._losses():
-            for cut in terms.cut_terms(loss.value, loss.at, backpropagated=backpropagated):
-                if cut.operation in reported:
-                    continue
+            cuts = terms.cut_terms(loss.value, loss.at, backpropagated=backpropagated)
+            self._report_cuts(cuts, loss, note, reported)
+        for returned, statement in self._forward_tuples():
+            cuts = terms.returned_rewraps(returned, statement)
+            loss = Backpropagated(returned, statement)
+            self._report_cuts(cuts, loss, "returned beside the model's output here", reported, FROM_FORWARD)
+
+    def _report_cuts(
+        self,
+        cuts: list[CutTerm],
+        loss: Backpropagated,
+        note: str,
+        reported: set[cst.CSTNode],
+        consequence: str = ADDED,
+    ) -> None:
+        for cut in cuts:
+            if cut.operation not in reported:
                 reported.add(cut.operation)
-                named = f"`{analysis.code(cut.operation)}` cuts this term from the graph"
-                message = f"{named}, and it is added to a loss with a gradient: it changes the loss but trains nothing"
-                self.report(cut.operation, message, related=[(loss.at, note.format(analysis.code(loss.value)))])
+                named = f"`{self.analysis.code(cut.operation)}` cuts this term from the graph"
+                related = [(loss.at, note.format(self.analysis.code(loss.value)))]
+                self.report(cut.operation, f"{named}, {consequence}", related=related)
 
     def _losses(self) -> list[tuple[Backpropagated, str, bool]]:
         """The losses whose terms are judged, each with a note for its related location and if it is backpropagated."""
@@ -92,6 +108,17 @@ class DetachedLossTerm(Rule):
                 returned = [Backpropagated(value, statement) for value in _returned_losses(statement.value)]
                 found.extend((loss, "`{}` is returned as a loss here", False) for loss in returned)
         return found
+
+    def _forward_tuples(self) -> list[tuple[cst.Tuple, cst.Return]]:
+        """What `forward` methods return as tuples: an output and, often, an auxiliary loss for the caller to add."""
+        collected = self.analysis.collected
+        return [
+            (statement.value, statement)
+            for function in collected.functions
+            if function.name.value == "forward"
+            for statement in collected.statements_in_scope(function)
+            if isinstance(statement, cst.Return) and isinstance(statement.value, cst.Tuple)
+        ]
 
     def _backpropagated_by_calls(self) -> list[Backpropagated]:
         """Losses handed to a helper, of this module or another, that calls `backward()` on them."""
