@@ -34,10 +34,14 @@ class DetachedLossTerm(Rule):
     that scales a term with a gradient (`w.detach() * loss_b`), constants (`loss + 0.0`)
     and losses computed under `torch.no_grad()`.
 
+    A model whose `forward` returns `torch.tensor(aux_losses)` beside its output is reported
+    too: the caller adds that auxiliary loss to its own, and it trains nothing.
+
     Known problems
-    A loss is seen where it is backpropagated (`backward()`, a Lightning `training_step`,
-    a Trainer's `compute_loss`) or returned under a name that says loss; a term cut in a
-    function of another module is not seen.
+    A loss is seen where it is backpropagated (`backward()`, also in a helper of another
+    module, a Lightning `training_step`, a Trainer's `compute_loss`) or returned under a
+    name that says loss. A term cut in a function of another module, and a loss built as
+    `sum(...)` or `torch.stack(...).sum()` of a list, are not seen.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html
