@@ -79,6 +79,8 @@ class DetachedLossTerm(Rule):
         reported: set[cst.CSTNode] = set()
         for loss, note, backpropagated in self._losses():
             cuts = terms.cut_terms(loss.value, loss.at, backpropagated=backpropagated)
+            # A loss only returned and summed in evaluation code is a validation loss: it is only reported.
+            cuts = [cut for cut in cuts if backpropagated or not self._evaluates(cut.term.at)]
             self._report_cuts(cuts, loss, note, reported)
         for returned, statement in self._forward_tuples():
             cuts = terms.returned_rewraps(returned, statement)
@@ -112,6 +114,12 @@ class DetachedLossTerm(Rule):
                 returned = [Backpropagated(value, statement) for value in _returned_losses(statement.value)]
                 found.extend((loss, "`{}` is returned as a loss here", False) for loss in returned)
         return found
+
+    def _evaluates(self, statement: cst.CSTNode) -> bool:
+        """Whether `statement` lies in evaluation code (after `model.eval()`, or in a validation loop's function)."""
+        context = self.analysis.collected.contexts[statement]
+        order = self.analysis.collected.order[statement]
+        return any(region.start < order < region.end for region in self.analysis.evaluation.regions(context.scope))
 
     def _forward_tuples(self) -> list[tuple[cst.Tuple, cst.Return]]:
         """What `forward` methods return as tuples: an output and, often, an auxiliary loss for the caller to add."""
