@@ -151,7 +151,18 @@ class LossTerms:
         # Ex) y + (y_hard - y).detach(): the detached part shares `y` with a kept term
         source = _source_of(cut.operation)
         shared = set(names_in(source)) if source is not None else set()
+        same = self._same_values(source, cut.term.at) if source is not None else []
+        if any(part.deep_equals(value) for value in same for term in live for part in _factors(term.value)):
+            return False  # Ex) aux.mean() - aux.mean().detach(): the same value, once kept and once cut
         return not any(shared & _exposed(term.value) for term in live)
+
+    def _same_values(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """`value`, and what it was assigned from where a name holds exactly one value."""
+        key = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+        definitions = list(self.origins.definitions(key, at)) if key is not None else []
+        if len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
+            return [value, definitions[0].value]
+        return [value]
 
     def _blame(
         self, node: cst.BaseExpression, at: cst.CSTNode, seen: frozenset[tuple[str, cst.CSTNode]], depth: int
@@ -319,6 +330,15 @@ def _exposed(term: cst.BaseExpression) -> set[str]:
         return _exposed(term.left) | _exposed(term.right)
     key = dotted_name(term) if isinstance(term, (cst.Name, cst.Attribute)) else None
     return {key} if key is not None else set()
+
+
+def _factors(term: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """A term and what it is up to sign and scaling: `f(y)` in `-f(y)` or `2 * f(y)`."""
+    if isinstance(term, cst.UnaryOperation):
+        return [term, *_factors(term.expression)]
+    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
+        return [term, *_factors(term.left), *_factors(term.right)]
+    return [term]
 
 
 def _is_data(node: cst.BaseExpression) -> bool:
