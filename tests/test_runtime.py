@@ -32,7 +32,7 @@ from gradlint.runtime.errors import candidate_codes, default_code  # noqa: E402
 from gradlint.runtime.events import EventWriter  # noqa: E402
 from gradlint.runtime.report import build_report  # noqa: E402
 from gradlint.runtime.runner import TraceRun  # noqa: E402
-from gradlint.runtime.tracer import Tracer  # noqa: E402
+from gradlint.runtime.tracer import Hint, Tracer  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = ROOT / "fixtures" / "runtime"
@@ -315,6 +315,34 @@ def test_a_failing_check_is_reported_and_the_script_goes_on(tmp_path: Path, monk
     report = build_report(str(tmp_path / "script.py"), [], run)
     assert "internal error in the tracer (_after_backward: ValueError: boom)" in report.summary()
     assert report.exit_code() == 2
+
+
+def test_a_cut_loss_term_is_confirmed_only_while_it_has_no_graph(tmp_path: Path) -> None:
+    # GL019: the term the hinted line binds is judged when a loss with a graph is backpropagated.
+    source = (
+        "import torch\n"
+        "def step(model, x, cut):\n"
+        "    out = model(x)\n"
+        "    term = out.pow(2).mean().item() if cut else out.pow(2).mean()\n"
+        "    (out.sum() + term).backward()\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "step(model, torch.ones(1, 2), CUT)\n"
+    )
+    messages = {}
+    for cut in (False, True):
+        script, events = tmp_path / f"script_{cut}.py", tmp_path / f"events_{cut}"
+        script.write_text(source.replace("CUT", str(cut)))
+        tracer = Tracer(str(script), [Hint("GL019", 4, 4)], 3, EventWriter(str(events)))
+        tracer.install()
+        try:
+            exec(compile(script.read_text(), str(script), "exec"), {"__name__": "__main__"})
+        finally:
+            tracer.uninstall()
+        found = [json.loads(line) for line in events.read_text().splitlines()]
+        messages[cut] = [(event["line"], event["message"]) for event in found if event.get("code") == "GL019"]
+    assert messages[False] == []
+    [(line, message)] = messages[True]
+    assert line == 4 and message.startswith("`term` is a Python number")
 
 
 def test_every_rule_the_tracer_checks_has_a_clean_look_alike() -> None:

@@ -40,6 +40,7 @@ class NonDifferentiableLoss(Rule):
     teachers, EMA models) are fine and not reported: a path with a gradient remains.
     What a LightningModule's `training_step` or a Hugging Face `Trainer` subclass's
     `compute_loss` returns counts as backpropagated: the framework calls `backward()` on it.
+    A loss only partly cut (a detached term added to terms that keep a gradient) is GL019's.
 
     Known problems
     Values computed in functions of other modules are assumed to keep a gradient.

@@ -7,6 +7,7 @@ finding on the script's line. `install()` patches, `uninstall()` restores everyt
 
 from __future__ import annotations
 
+import ast
 import functools
 import linecache
 import os
@@ -288,6 +289,7 @@ class Tracer:
                 self._confirm_or_report(
                     "GL006", line, "backward ran on a tensor without autograd history: no parameter gets a gradient"
                 )
+        self._check_cut_terms(roots, line)
         return {id(p): (p, p.grad, _version(p.grad)) for p in self._params()}
 
     @_guarded
@@ -807,6 +809,31 @@ class Tracer:
                 )
                 return
 
+    # -- loss terms cut from the graph (GL019) -------------------------------------------
+
+    def _check_cut_terms(self, roots: list[torch.Tensor], line: int) -> None:
+        """GL019: a term bound on a hinted line holds no history while the loss backpropagated has a graph."""
+        if not any(root.grad_fn is not None for root in roots):
+            return
+        for hint in self.hints:
+            if hint.code != "GL019" or not self.lines.ran_since(hint.line, hint.end_line, backwards=self.backwards):
+                continue
+            for name, value in self._bound_at(hint.line):
+                seen = _without_history(value, {id(p) for p in self._params()})
+                if seen:
+                    self.report(
+                        "GL019", hint.line, f"`{name}` {seen} while the loss backpropagated at line {line} has a graph"
+                    )
+
+    def _bound_at(self, line: int) -> Iterator[tuple[str, object]]:
+        """The values, in the script's live frames, of the names the assignment at `line` binds."""
+        targets = _assigned_names(self.script).get(line, [])
+        for frame in self._frames():
+            if line not in {number for _, _, number in frame.f_code.co_lines()}:
+                continue
+            variables = dict(self._variables(frame))
+            yield from ((name, variables[name]) for name in targets if name in variables)
+
     # -- evaluation with gradients on (GL009) --------------------------------------------
 
     def _module_train(self, original: Callable[..., Any], module: torch.nn.Module, mode: bool = True) -> Any:
@@ -883,6 +910,41 @@ def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
         return [item for item in value if isinstance(item, torch.Tensor)]
     return []
+
+
+@functools.cache
+def _assigned_names(script: str) -> dict[int, list[str]]:
+    """Per line of the script: the names (`x`, `self.x`) bound by the innermost assignment spanning it."""
+    try:
+        tree = ast.parse(Path(script).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    spans: dict[int, tuple[int, list[str]]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [ast.unparse(target) for target in targets if isinstance(target, (ast.Name, ast.Attribute))]
+        width = (node.end_lineno or node.lineno) - node.lineno
+        for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+            if number not in spans or width < spans[number][0]:
+                spans[number] = (width, names)
+    return {number: names for number, (_, names) in spans.items()}
+
+
+def _without_history(value: object, params: set[int]) -> str | None:
+    """How a term's value shows it has no gradient (a number, a tensor without history, a new leaf), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return f"is a Python number ({value:.4g})"
+    if type(value).__module__ == "numpy":
+        return "is a NumPy value"
+    if not isinstance(value, torch.Tensor) or value.grad_fn is not None:
+        return None
+    if not value.requires_grad:
+        return "is a tensor without autograd history"
+    return None if id(value) in params else "is a new leaf tensor that no optimizer holds"
 
 
 def _scalar(tensor: torch.Tensor) -> float | None:
