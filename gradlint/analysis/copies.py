@@ -43,7 +43,10 @@ COPYING_METHODS = frozenset(
 )  # fmt: skip
 # Arguments of `.to(...)` / `.type(...)` that leave a tensor made with the defaults where it is.
 NO_OP_TARGETS = frozenset({"cpu", "float32", "float", "FloatTensor", "torch.FloatTensor"})
+TARGET_KEYWORDS = frozenset({"device", "dtype", "other"})  # not non_blocking=, copy=, memory_format=
 APPENDING = frozenset({"append", "extend", "insert"})
+# Values that hold parameters written out: `[w, b]`, `[{"params": [w]}]`, `[s.cuda() for s in scales]`.
+CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.GeneratorExp)
 
 
 @dataclass(frozen=True)
@@ -206,11 +209,11 @@ class LeafCopies:
                 yield arg.value
 
     def _is_tensor_list(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        if isinstance(value, (cst.List, cst.Tuple)):
+        if isinstance(value, CONTAINERS):
             return True
         key = dotted_name(value)
         return key is not None and any(
-            definition.binding is Binding.ASSIGN and isinstance(definition.value, (cst.List, cst.Tuple))
+            definition.binding is Binding.ASSIGN and isinstance(definition.value, CONTAINERS)
             for definition in self.origins.definitions(key, at)
         )
 
@@ -237,6 +240,8 @@ class LeafCopies:
             for element in params.elements:
                 if not isinstance(element, cst.StarredElement):
                     yield from self._tensors_in(element.value, at, seen)
+        elif isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            yield params.elt, at  # Ex) [torch.ones(2, requires_grad=True).to(device) for _ in layers]
         elif isinstance(params, cst.Dict):
             for entry in params.elements:
                 if isinstance(entry, cst.DictElement) and _is_string(entry.key, "params"):
@@ -261,7 +266,7 @@ class LeafCopies:
         containers = [
             definition
             for definition in self.origins.definitions(key, at)
-            if definition.binding is Binding.ASSIGN and isinstance(definition.value, (cst.List, cst.Tuple, cst.Dict))
+            if definition.binding is Binding.ASSIGN and isinstance(definition.value, CONTAINERS)
         ]
         if not containers:
             yield params, at
@@ -319,7 +324,7 @@ def _changes(expression: cst.BaseExpression, maker: cst.Call | None) -> bool:
         return True
     if method == "cuda":
         return "device" not in made_with
-    targets = [arg.value for arg in expression.args]
+    targets = [arg.value for arg in expression.args if arg.keyword is None or arg.keyword.value in TARGET_KEYWORDS]
     written = {_code(value) for value in made_with.values()}
     return not all(_code(target) in written or _is_no_op_target(target) for target in targets)
 

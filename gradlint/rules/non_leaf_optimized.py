@@ -92,10 +92,10 @@ class NonLeafOptimized(Rule):
         statement = copy.statement
         if maker is None or not _keyword_true(maker, "requires_grad"):
             return None
-        if not (isinstance(statement, (cst.Assign, cst.Return)) and statement.value is copy.node):
+        if not (isinstance(statement, (cst.Assign, cst.Return)) and _whole_value(statement.value, copy.node)):
             return None  # the copy is part of a larger expression: leave it to a person
-        if not _contains(copy.node, maker):
-            return None  # the leaf was made on another line: other references to it may exist
+        if not _copies_only(copy.node, maker):
+            return None  # the leaf was made on another line (other references to it may exist), or mixed with others
         inline = copy.node.deep_replace(maker, without_keyword(maker, "requires_grad"))
         if not isinstance(inline, cst.BaseExpression):
             return None
@@ -113,5 +113,23 @@ def _keyword_true(call: cst.Call, keyword: str) -> bool:
     )
 
 
-def _contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return node is target or any(_contains(child, target) for child in node.children)
+def _whole_value(value: cst.BaseExpression | None, copy: cst.BaseExpression) -> bool:
+    """Whether `copy` is the value bound, or the element of a list comprehension bound."""
+    return value is copy or (isinstance(value, (cst.ListComp, cst.GeneratorExp)) and value.elt is copy)
+
+
+def _copies_only(node: cst.BaseExpression, maker: cst.Call) -> bool:
+    """Whether `node` is `maker` moved, cast, viewed or scaled by constants: no other tensor in it."""
+    if node is maker:
+        return True
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        return _copies_only(node.func.value, maker)
+    if isinstance(node, cst.Subscript):
+        return _copies_only(node.value, maker)
+    if isinstance(node, cst.UnaryOperation):
+        return _copies_only(node.expression, maker)
+    if isinstance(node, cst.BinaryOperation):
+        if isinstance(node.right, cst.BaseNumber):
+            return _copies_only(node.left, maker)
+        return isinstance(node.left, cst.BaseNumber) and _copies_only(node.right, maker)
+    return False
