@@ -21,7 +21,7 @@ from functools import cached_property
 import libcst as cst
 
 from gradlint.analysis.callers import CallerGradMode
-from gradlint.analysis.collect import Collected
+from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.leaves import Held, Leaves, is_leaf_value, makes_leaf
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Definition, Origins
@@ -122,13 +122,23 @@ class LeafCopies:
         return found
 
     def _global_definitions(self, key: str, at: cst.CSTNode) -> frozenset[Definition]:
-        # Ex) w1 = torch.randn(n, requires_grad=True).cuda() at module level, updated in a function
+        """Where a name a function does not bind was bound: at module level, or `self.x` in another method."""
         function = self.collected.contexts[at].function
-        if function is None or "." in key or key in _parameter_names(function):
+        if function is None:
             return frozenset()
+        if key.startswith("self.") and key.count(".") == 1:
+            # Ex) self.log_alpha = torch.zeros(1, requires_grad=True).to(device) in __init__, optimized elsewhere
+            owner = self.collected.owners.get(function)
+            methods = self.collected.owners.items()
+            scopes: list[Scope] = [method for method, cls in methods if cls is owner and method is not function]
+        elif "." in key or key in _parameter_names(function):
+            return frozenset()
+        else:
+            scopes = [self.collected.module]  # Ex) w1 = torch.randn(n, requires_grad=True).cuda(), used in a function
         return frozenset(
             Definition(statement, statement.value, Binding.ASSIGN)
-            for statement in self.collected.statements_in_scope(self.collected.module)
+            for scope in scopes
+            for statement in self.collected.statements_in_scope(scope)
             if isinstance(statement, cst.Assign)
             and any(dotted_name(target.target) == key for target in statement.targets)
         )

@@ -32,14 +32,17 @@ class NonLeafOptimized(Rule):
     A move under `no_grad` makes a new leaf that does not require grad: the optimizer
     accepts it and it never trains, a different bug that this rule leaves alone.
 
+    Other reads of a copy's `.grad` (a print, a norm) are left to grad-read-before-backward.
+
     Known problems
-    Values are followed through assignments, aliases, lists, `append` and same-module
-    helpers. A copy returned by a function of another module is not seen; a helper of
-    another module that builds an optimizer is assumed to build it on a list of tensors
-    it is passed, since its summary does not say which parameter. The variant where the
-    leaf goes to the optimizer and its copy, made once, is used in every forward pass
-    (the forward then never sees the updates) is not reported. Unpacking
-    (`w, b = w.cuda(), b.cuda()`) is not followed.
+    Values are followed through assignments, aliases, lists and list comprehensions,
+    `append`, module-level names, `self` attributes set in another method of the
+    class, and same-module helpers. A copy returned by a function of another module is
+    not seen; a helper of another module that builds an optimizer is assumed to build it
+    on a list of tensors it is passed, since its summary does not say which parameter.
+    The variant where the leaf goes to the optimizer and its copy, made once, is used in
+    every forward pass (the forward then never sees the updates) is not reported.
+    Unpacking (`w, b = w.cuda(), b.cuda()`) is not followed.
 
     Fix safety
     Where the leaf is made inline (`torch.randn(3, requires_grad=True).cuda()`), the fix
