@@ -146,6 +146,8 @@ class LeafCopies:
     def _made_copy(self, expression: cst.BaseExpression, at: cst.CSTNode) -> LeafCopy | None:
         if self.callers.without_grad(at):
             return None  # Ex) under no_grad, `w.to(device)` is a new leaf that does not require grad
+        if any(".grad." in f".{name}." for name in names_in(expression)):
+            return None  # Ex) w = w - lr * w.grad: a manual update rebinding the leaf, update-outside-no-grad's
         for source in _copied_from(expression):
             made = self._copy_of_source(expression, source, at)
             if made is not None:
