@@ -24,6 +24,7 @@ examples/evaluate_and_probe.py:40:18: GL009
 examples/evaluate_and_probe.py:46:17: GL010
 examples/gan_amp_training.py:41:13: GL011
 examples/gan_amp_training.py:47:13: GL008
+examples/invert_generator.py:16:12: GL020
 examples/manual_updates.py:29:13: GL003
 examples/manual_updates.py:46:13: GL004
 examples/manual_updates.py:60:9: GL005

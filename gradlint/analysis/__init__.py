@@ -12,6 +12,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
+from gradlint.analysis.copies import LeafCopies
 from gradlint.analysis.dtypes import TensorDtypes
 from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
@@ -136,6 +137,11 @@ class ModuleAnalysis:
     def leaves(self) -> Leaves:
         """Which names hold leaf tensors that require grad (parameters), or iterables of them."""
         return Leaves(self.collected, self.roles, self.callers)
+
+    @cached_property
+    def leaf_copies(self) -> LeafCopies:
+        """Copies of leaves that require grad (`w.cuda()`, `w * 0.01`) used as parameters: optimized, updated."""
+        return LeafCopies(self.collected, self.roles, self.events, self.leaves, self.callers, self.program)
 
     @cached_property
     def mutations(self) -> Mutations:
