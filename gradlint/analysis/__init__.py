@@ -167,12 +167,12 @@ class ModuleAnalysis:
             for effect, value in effects:
                 if effect.kind != UPDATE or effect.no_grad or value is None:
                     continue
-                if self._holds_parameters(value, call) and self.callers.with_grad(call):
+                if self.holds_parameters(value, call) and self.callers.with_grad(call):
                     found.append(OutsideUpdate(call, value, callee.origin))
                     break
         return found
 
-    def _holds_parameters(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    def holds_parameters(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """A leaf that requires grad, an iterable of them, or a model (whose `parameters()` a callee updates)."""
         if self.roles.role(value) is Role.MODEL:
             value = cst.Call(cst.Attribute(value, cst.Name("parameters")))

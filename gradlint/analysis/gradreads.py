@@ -25,6 +25,7 @@ from gradlint.analysis.names import dotted_name
 from gradlint.analysis.origins import Binding
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import Event, Kind
+from gradlint.analysis.summaries import GRAD_READ
 
 if TYPE_CHECKING:
     from gradlint.analysis import ModuleAnalysis
@@ -67,6 +68,15 @@ class GradRead:
     used_as: str  # the attribute read from it (`zero_`), or "" for indexing and arithmetic
 
 
+@dataclass(frozen=True)
+class OutsideRead:
+    """A call of another module's function that uses the `.grad` of parameters this module passes it."""
+
+    call: cst.Call
+    value: cst.BaseExpression  # what the call passes: a parameter, an iterable of them, or a model
+    via: str  # the function called, `module.qualname`
+
+
 class GradReads:
     """Uses of `.grad` values, with the facts that decide whether the value can be None there."""
 
@@ -81,6 +91,30 @@ class GradReads:
         found: list[GradRead] = []
         for statement in self.analysis.collected.statements:
             found.extend(_reads_in(statement, self.analysis))
+        return found
+
+    @cached_property
+    def outside(self) -> list[OutsideRead]:
+        """Calls of another module's function that uses the `.grad` of the parameters it is given before it runs a
+        backward pass of its own (`reset_gradients(model)` doing `p.grad.zero_()`), from the whole-program model."""
+        analysis = self.analysis
+        if analysis.program is None:
+            return []
+        found = []
+        for call in analysis.collected.calls:
+            context = analysis.context(call)
+            if not analysis.events.worth_following(context):
+                continue
+            bound = analysis.program.bound_effects(call, context, analysis.events, analysis.events.call_view(call))
+            if bound is None:
+                continue
+            callee, effects = bound
+            for effect, value in effects:
+                if effect.kind == Kind.BACKWARD.value:
+                    break  # what it reads after its own backward is filled
+                if effect.kind == GRAD_READ and value is not None and analysis.holds_parameters(value, call):
+                    found.append(OutsideRead(call, value, callee.origin))
+                    break
         return found
 
     def is_tensor(self, read: GradRead) -> bool:

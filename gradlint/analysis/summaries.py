@@ -199,6 +199,7 @@ class _Summarizer:
                     for inner in nested:
                         effects.extend(self._effects(inner, function, params, depth + 1))
                     continue
+            effects.extend(self._gradient_uses(item, params, common))  # `p.grad.zero_()` reads, then clears
             classified = self.events.classify(item)
             if classified is not None:
                 kind, value, via_scaler, retain = classified
@@ -206,7 +207,6 @@ class _Summarizer:
                     Effect(kind.value, port(value, params), via_scaler=via_scaler, retain_graph=retain, **common)
                 )
                 continue
-            effects.extend(self._gradient_uses(item, params, common))
             if isinstance(item, cst.Call):
                 effect = self._call_effect(item, params, common)
                 if effect is not None:

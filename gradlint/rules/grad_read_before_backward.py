@@ -45,8 +45,10 @@ class GradReadBeforeBackward(Rule):
     through another loss. A read inside an `if` that the backward pass is not also in
     (`if step > 0:`) is not reported, since the test may skip the first iteration. A
     backward pass that a caller in another module runs before calling the reading
-    function is not seen, and a helper of another module that reads gradients is judged
-    only where it is defined. Reads in the header of an `if`, `while` or `for` are not
+    function is not seen. A helper of another module of the project that uses the
+    gradients of the parameters it is given (`reset_gradients(model)`) is also reported
+    at a call of it that comes before the first backward pass of the caller's scope,
+    naming the helper; a use it guards with a test of `.grad` is not counted. Reads in the header of an `if`, `while` or `for` are not
     examined.
 
     References
@@ -95,6 +97,17 @@ class GradReadBeforeBackward(Rule):
                 key = read.key
                 related = [(made, f"`{key}` is computed here from tensors that require grad")]
                 self.report(read.node, NOT_RETAINED.format(key=key), related=related)
+        for outside in reads.outside:
+            if reads.backward_before(outside.call):
+                continue
+            after = reads.backward_after(outside.call)
+            if after is not None:
+                function = outside.via.rpartition(".")[2]
+                message = (
+                    f"`{function}` (in `{outside.via}`) uses the `.grad` of `{self.analysis.code(outside.value)}` "
+                    "before any backward pass has filled it, so it is still None and this raises"
+                )
+                self.report(outside.call, message, related=[(after.site, "the first backward pass runs only here")])
 
     def _unfilled(self, read: GradRead) -> Story | None:
         """Where the first backward pass runs, when `read` runs before any can have filled `.grad`."""
