@@ -40,7 +40,8 @@ MODULE_PASSTHROUGH = frozenset(
     {"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_", "to_empty"}
 )
 # Calls that hand back the object they wrap, with the same role.
-WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP"})
+# `copy.deepcopy(model)` (a target or EMA network) is a model of its own with the same role.
+WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP", "deepcopy"})
 MODEL_BASES = frozenset(
     {
         "Module",
