@@ -50,6 +50,8 @@ DISCOUNT_NAME = re.compile(r"(?i)(\w+_)?(gamma|gammas|discount|discounts|discoun
 TEACHER_NAME = re.compile(r"(?i)teacher|target|(^|_)(ema|momentum|tgt|targ|shadow)(_|\d|$)")
 # Calls of a policy that return sampled actions or tokens (with their log-probabilities).
 SAMPLING_METHODS = frozenset({"sample", "generate", "greedy", "greedy_decode", "beam_search", "sample_sequence"})
+# Objects that hold data rather than run a network: replay buffers, rollout storage.
+STORAGE_NAME = re.compile(r"(?i)(\w+_)?(rb|buffer|memory|replay|replay_buffer|storage|rollouts?|dataset|loader)\d*")
 # Calls that keep a value's role: `log_probs.sum(1)` is still a log-probability.
 PASSING_METHODS = frozenset(
     {"sum", "mean", "squeeze", "unsqueeze", "view", "reshape", "gather", "flatten", "clamp", "clip", "expand_as"}
@@ -249,9 +251,9 @@ class Targets:
         # Ex) F.kl_div(F.log_softmax(student(x), -1), F.softmax(teacher(x), -1))
         for target in criterion_sides(call)[1]:
             sources = self._trained_sources(self.lineage.of(target, at, bindings))
-            teachers = tuple(source for source in sources if _is_teacher_call(source))
-            if teachers:
-                self._record(UndetachedTarget(target, Position.TEACHER, teachers))
+            # A target side that also comes from a trained network is a prediction: F.mse_loss(target, pred)
+            if sources and all(_is_teacher_call(source) for source in sources):
+                self._record(UndetachedTarget(target, Position.TEACHER, sources))
 
     def _record(self, found: UndetachedTarget) -> None:
         if found.node not in self._found:
@@ -377,6 +379,8 @@ def _is_forward(call: cst.Call) -> bool:
     method = call.func.attr.value
     if method in CUTTING_METHODS or method in DETACHING_METHODS:
         return False
+    if STORAGE_NAME.fullmatch(last_name(call.func.value) or ""):
+        return False  # teacher_rb.sample(batch_size): a batch from a replay buffer named after its network
     return not is_data_name(method.removeprefix("get_"))
 
 
