@@ -120,7 +120,7 @@ class Roles:
                 continue
             if first.func.attr.value == "parameters":
                 found.add(dotted_name(first.func.value) or "")
-        return frozenset(found - {""})
+        return frozenset(found - {"", "self"})  # `self` is judged by its class, not by its optimizer
 
     def _record_statement(self, statement: cst.BaseSmallStatement) -> None:
         if isinstance(statement, cst.Assign):
