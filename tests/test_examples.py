@@ -20,6 +20,7 @@ examples/amp_finetune.py:48:27: GL006
 examples/distill_student.py:29:21: GL014
 examples/distill_student.py:38:9: GL013
 examples/distill_student.py:50:9: GL012
+examples/dqn_cartpole.py:35:19: GL017
 examples/evaluate_and_probe.py:40:18: GL009
 examples/evaluate_and_probe.py:46:17: GL010
 examples/gan_amp_training.py:41:13: GL011

@@ -141,6 +141,18 @@ def test_clean_look_alikes_confirm_nothing(traced: dict[str, Traced], name: str)
     assert run.report["run"]["reason"] in ("steps", "finished")  # type: ignore[index]
 
 
+def test_targets_with_history_are_confirmed_and_one_without_is_refuted(tmp_path: Path) -> None:
+    # GL017 reads the value at the finding's line: a name or arithmetic before the line runs,
+    # an assigned value after it; the frozen target network of the clean script has no history.
+    bug = trace(tmp_path, "fixtures/runtime/gl017_bug.py")
+    confirmed = [f for f in bug.findings if f["code"] == "GL017" and f["status"] == "confirmed"]
+    assert sorted(f["line"] for f in confirmed) == [14, 24, 35], bug.findings
+    assert all("had a grad_fn" in str(f["evidence"]) for f in confirmed)
+    clean = trace(tmp_path, "fixtures/runtime/gl017_clean.py")
+    assert [(f["line"], f["status"]) for f in clean.findings] == [(32, "not-reproduced")]
+    assert clean.returncode == 0
+
+
 def test_every_rule_of_the_first_seven_has_buggy_clean_and_unreached_fixtures() -> None:
     for number in range(1, 8):
         code = f"GL{number:03d}"

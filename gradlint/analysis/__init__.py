@@ -28,6 +28,7 @@ from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.summaries import UPDATE
+from gradlint.analysis.targets import Targets
 from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
 from gradlint.analysis.values import GradValues, names_in
@@ -122,6 +123,11 @@ class ModuleAnalysis:
     def lineage(self) -> Lineages:
         """What values were computed from, and which operations without a gradient cut them."""
         return Lineages(self.collected, self.roles, self.events, self.origins)
+
+    @cached_property
+    def targets(self) -> Targets:
+        """Constants of backpropagated losses (TD targets, advantages, soft targets) that carry a gradient."""
+        return Targets(self.collected, self.roles, self.events, self.origins, self.lineage, self.leaves, self.callers)
 
     @cached_property
     def no_grad_values(self) -> NoGradValues:

@@ -253,6 +253,10 @@ class Leaves:
                 return
         self._bind(dotted_name(target), _Pending(iterable, loop, element=True), loop)
 
+    def is_frozen(self, module: cst.BaseExpression) -> bool:
+        """True for a module whose parameters are switched off (`requires_grad_(False)`, `p.requires_grad = False`)."""
+        return self._is_frozen(module)
+
     def _is_frozen(self, module: cst.BaseExpression) -> bool:
         self.bindings()
         return dotted_name(module) in self._frozen

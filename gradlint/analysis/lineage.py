@@ -35,6 +35,13 @@ CUTTING_METHODS = CUTTING_FUNCTIONS | {"detach", "numpy"}
 REWRAPPING = frozenset({"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "DoubleTensor", "HalfTensor"})
 # Calls whose result has no history, like `.item()`, without being the operation to blame.
 STOPPING_BUILTINS = frozenset({"float", "int", "bool", "len", "str", "repr", "isinstance", "range"})
+# Methods whose argument gives only a dtype, device or shape: `mask.type_as(out)`.
+LIKE_METHODS = frozenset({"type_as", "view_as", "reshape_as", "expand_as", "to"})
+# Tensor methods no module defines: `teacher_out.softmax(-1)` is a tensor named like a model.
+TENSOR_METHODS = frozenset(
+    {"softmax", "log_softmax", "sigmoid", "tanh", "exp", "log", "sum", "mean", "view", "reshape", "squeeze",
+     "unsqueeze", "gather", "clamp", "transpose", "permute", "contiguous", "flatten", "pow", "abs", "norm"}
+)  # fmt: skip
 # `values, indices = out.max(1)`: the second result is an index tensor.
 INDEXED_REDUCTIONS = frozenset({"max", "min", "sort", "topk", "kthvalue", "mode", "median"})
 FUNCTIONAL_LOSSES = re.compile(
@@ -57,17 +64,22 @@ class Lineage:
     `live`: some path with a gradient reaches a value that carries, or may carry,
     history. `known_live`: such a path reaches one known to carry it (a model output).
     `grad`: a known one is reached by any path. `cuts`: the outermost operations
-    without a gradient applied to values with history on the way.
+    without a gradient applied to values with history on the way. `sources`: the
+    network calls (`model(x)`, `self.critic.v(s)`) whose output reaches the value
+    along a path with a gradient.
     """
 
     live: bool
     known_live: bool
     grad: bool
     cuts: tuple[cst.CSTNode, ...] = ()
+    sources: tuple[cst.CSTNode, ...] = ()
 
     def __or__(self, other: Lineage) -> Lineage:
         cuts = self.cuts + tuple(cut for cut in other.cuts if cut not in self.cuts)
-        return Lineage(self.live or other.live, self.known_live or other.known_live, self.grad or other.grad, cuts)
+        sources = self.sources + tuple(source for source in other.sources if source not in self.sources)
+        known_live = self.known_live or other.known_live
+        return Lineage(self.live or other.live, known_live, self.grad or other.grad, cuts, sources)
 
     def cut_by(self, operation: cst.CSTNode) -> Lineage:
         """The lineage after `operation`, which has no gradient and is to blame."""
@@ -79,12 +91,18 @@ class Lineage:
 
     def as_target(self) -> Lineage:
         """The lineage of a criterion's target side, where only known history counts and no cut is to blame."""
-        return Lineage(self.known_live, self.known_live, self.grad)
+        return Lineage(self.known_live, self.known_live, self.grad, (), self.sources)
 
 
 NONE = Lineage(False, False, False)
 UNKNOWN = Lineage(True, False, False)
 SOURCE = Lineage(True, True, True)
+
+
+def network_output(call: cst.Call) -> Lineage:
+    """The lineage of a network call's output: a source of history, named by the call."""
+    return Lineage(True, True, True, (), (call,))
+
 
 Bindings = Mapping[str, Lineage]
 
@@ -124,9 +142,12 @@ class Lineages:
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
         self._cut_short = False
 
-    def of(self, expression: cst.BaseExpression, at: cst.CSTNode) -> Lineage:
-        """The lineage of `expression` evaluated just before statement `at`."""
-        return self._trace(expression, at, {}, 0)
+    def of(self, expression: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings | None = None) -> Lineage:
+        """The lineage of `expression` evaluated just before statement `at`.
+
+        `bindings` give the lineages of names bound outside the scope: a helper's parameters at one call.
+        """
+        return self._trace(expression, at, bindings or {}, 0)
 
     def backpropagated(self) -> list[Backpropagated]:
         """Every value backpropagated in the module.
@@ -346,7 +367,7 @@ class Lineages:
         if self.is_criterion_call(call):
             return self._trace_criterion(call, at, bindings, depth)
         if self._is_model_call(func, at):
-            return SOURCE
+            return network_output(call)
         if isinstance(func, cst.Name) and name in STOPPING_BUILTINS:
             return self._union(arguments, at, bindings, depth).stopped()
         if isinstance(func, cst.Name) and name == "round" and func.value not in self.roles.imports.aliases:
@@ -363,13 +384,17 @@ class Lineages:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None and depth < MAX_DEPTH:
             return self._trace_helper(call, helper, at, bindings, depth)
-        if self.roles.role(func.value) is Role.MODEL:
-            return SOURCE  # model.encode(x), discriminator.compute_loss(fake.detach(), 0): its own parameters
+        if self.roles.role(func.value) is Role.MODEL and method not in TENSOR_METHODS:
+            return network_output(
+                call
+            )  # model.encode(x), discriminator.compute_loss(fake.detach(), 0): its own parameters
         if self.is_criterion_call(call):
             return self._trace_criterion(call, at, bindings, depth)
         if self._is_model_call(func, at):
-            return SOURCE  # model(x), self.encoder(x)
+            return network_output(call)  # model(x), self.encoder(x)
         receiver = self._trace(func.value, at, bindings, depth)
+        if method in LIKE_METHODS:
+            return receiver  # x.type_as(out): only out's dtype and device
         if method in CUTTING_METHODS:
             return receiver.cut_by(call)
         if method in DETACHING_METHODS:
@@ -405,19 +430,26 @@ class Lineages:
             result = result | self._trace(target, at, bindings, depth).as_target()
         return result
 
-    def _trace_helper(
-        self, call: cst.Call, helper: cst.FunctionDef, at: cst.CSTNode, bindings: Bindings, depth: int
-    ) -> Lineage:
+    def call_bindings(
+        self, call: cst.Call, helper: cst.FunctionDef, at: cst.CSTNode, bindings: Bindings | None = None, depth: int = 0
+    ) -> dict[str, Lineage]:
+        """The lineages of a helper's parameters at one call of it: what its arguments carry."""
         inner: dict[str, Lineage] = {}
         params = [*helper.params.posonly_params, *helper.params.params]
         if params and params[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
             params = params[1:]
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         for param, value in zip(params, positional, strict=False):
-            inner[param.name.value] = self._trace(value, at, bindings, depth + 1)
+            inner[param.name.value] = self._trace(value, at, bindings or {}, depth)
         for arg in call.args:
             if arg.keyword is not None:
-                inner[arg.keyword.value] = self._trace(arg.value, at, bindings, depth + 1)
+                inner[arg.keyword.value] = self._trace(arg.value, at, bindings or {}, depth)
+        return inner
+
+    def _trace_helper(
+        self, call: cst.Call, helper: cst.FunctionDef, at: cst.CSTNode, bindings: Bindings, depth: int
+    ) -> Lineage:
+        inner = self.call_bindings(call, helper, at, bindings, depth + 1)
         result = NONE
         for statement in self.collected.statements_in_scope(helper):
             if isinstance(statement, cst.Return) and statement.value is not None:

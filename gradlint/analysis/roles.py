@@ -40,7 +40,8 @@ MODULE_PASSTHROUGH = frozenset(
     {"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_", "to_empty"}
 )
 # Calls that hand back the object they wrap, with the same role.
-WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP"})
+# `copy.deepcopy(model)` (a target or EMA network) is a model of its own with the same role.
+WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP", "deepcopy"})
 MODEL_BASES = frozenset(
     {
         "Module",
@@ -103,6 +104,23 @@ class Roles:
         for loop in collected.loops:
             if isinstance(loop, cst.For):
                 self._record_for(loop)
+        self.optimized = self._optimized_modules(collected.calls)
+
+    def _optimized_modules(self, calls: list[cst.Call]) -> frozenset[str]:
+        """Names whose `.parameters()` an optimizer is built on: modules, whatever they are called."""
+        found: set[str] = set()
+        for call in calls:
+            qualified = self.imports.resolve(call.func) or ""
+            name = qualified.rsplit(".", 1)[-1] if qualified else last_name(call.func) or ""
+            if not _is_optimizer_constructor(qualified, name) or not call.args:
+                continue
+            # Ex) torch.optim.Adam(params=self.agent.parameters(), lr=...)
+            first = call.args[0].value
+            if not isinstance(first, cst.Call) or first.args or not isinstance(first.func, cst.Attribute):
+                continue
+            if first.func.attr.value == "parameters":
+                found.add(dotted_name(first.func.value) or "")
+        return frozenset(found - {"", "self"})  # `self` is judged by its class, not by its optimizer
 
     def _record_statement(self, statement: cst.BaseSmallStatement) -> None:
         if isinstance(statement, cst.Assign):
@@ -182,7 +200,8 @@ class Roles:
                 return role
         if "." not in key and key in self.classes:
             return None  # a class, not an instance of it
-        return _role_from_name(key.rsplit(".", 1)[-1])
+        named = _role_from_name(key.rsplit(".", 1)[-1])
+        return Role.MODEL if named is None and key in self.optimized else named
 
     def role_of_value(self, value: cst.BaseExpression) -> Role | None:
         """The role of the object an expression creates or refers to."""

@@ -48,8 +48,8 @@ class GradReadBeforeBackward(Rule):
     function is not seen. A helper of another module of the project that uses the
     gradients of the parameters it is given (`reset_gradients(model)`) is also reported
     at a call of it that comes before the first backward pass of the caller's scope,
-    naming the helper; a use it guards with a test of `.grad` is not counted. Reads in the header of an `if`, `while` or `for` are not
-    examined.
+    naming the helper; a use it guards with a test of `.grad` is not counted. Reads in
+    the header of an `if`, `while` or `for` are not examined.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.grad.html

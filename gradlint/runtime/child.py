@@ -39,7 +39,9 @@ def main(config_path: str) -> None:
     except ImportError as error:  # torch missing or broken in the interpreter that runs the script
         events.emit("end", reason="no-torch", detail=str(error))
         os._exit(0)
-    hints = [Hint(h["code"], h["line"], h["end_line"]) for h in config["hints"]]
+    hints = [
+        Hint(h["code"], h["line"], h["end_line"], h.get("column", 0), h.get("end_column", 0)) for h in config["hints"]
+    ]
     tracer = Tracer(config["script"], hints, config["steps"], events)
     ending = threading.Lock()
     tracer.on_stop = lambda: _start_watchdog(tracer, events, ending)

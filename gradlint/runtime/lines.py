@@ -64,6 +64,7 @@ class LineTracker:
         self.hits: dict[int, tuple[int, int]] = {}  # line -> (backward count, step count) when it last ran
         self.stamp = (0, 0)
         self.watches: list[Watch] = []
+        self.listeners: dict[int, Callable[[FrameType], None]] = {}  # line -> called each time it is about to run
         self._pending: dict[CodeType, set[int]] = {}  # per code object: lines still to see (or always, if recent)
         self._previous: Callable[..., Any] | None = None
         self._installed = False
@@ -119,6 +120,8 @@ class LineTracker:
             if line in self.interesting:
                 self.hits[line] = self.stamp
                 self._seen(frame, line)
+                if line in self.listeners:
+                    self.listeners[line](frame)
             if self.watches:
                 self._check(frame, line)
         elif event == "return" and self.watches:

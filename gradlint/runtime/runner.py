@@ -86,7 +86,16 @@ def _config(target: Target, hints: list[Diagnostic], steps: int, events: Path, s
         "args": list(target.args),
         "steps": steps,
         "events": str(events),
-        "hints": [{"code": d.code, "line": d.line, "end_line": max(d.line, d.end_line)} for d in hints],
+        "hints": [
+            {
+                "code": d.code,
+                "line": d.line,
+                "end_line": max(d.line, d.end_line),
+                "column": d.column,
+                "end_column": d.end_column,
+            }
+            for d in hints
+        ],
         "pythonpath": os.environ.get("PYTHONPATH"),
         "injected_path": _package_root(),
     }

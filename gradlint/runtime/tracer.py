@@ -81,6 +81,8 @@ class Hint:
     code: str
     line: int
     end_line: int
+    column: int = 0  # 1-based, where the finding's expression starts on `line`
+    end_column: int = 0  # 1-based and exclusive, on `end_line`
 
 
 @dataclass
@@ -107,7 +109,7 @@ class Tracer:
         self.lines = LineTracker(
             script,
             {n for h in hints for n in range(h.line, h.end_line + 1)},
-            {n for h in hints if h.code in RECENCY_CODES for n in range(h.line, h.end_line + 1)},
+            {n for h in hints if h.code in RECENCY_CODES | {"GL017"} for n in range(h.line, h.end_line + 1)},
         )
         self.pid = os.getpid()
         self.steps = 0
@@ -146,6 +148,10 @@ class Tracer:
         self._factors: list[float | None] = []  # of the backward running now, read before it frees its graph
         self._micro_batches: list[tuple[int, float | None, set[int]]] = []  # line, factor, params since the step
         self._scaled: dict[int, tuple[Node, Node]] = {}  # GradScaler output's grad_fn -> (it, the loss's grad_fn)
+        self._with_grad: dict[int, str] = {}  # GL017 line -> the value there that had a grad_fn when it last ran
+        for hint in hints:
+            if hint.code == "GL017":
+                self.lines.listeners[hint.line] = functools.partial(self._inspect_target, hint)
 
     # -- installing -----------------------------------------------------------------
 
@@ -284,6 +290,7 @@ class Tracer:
             return {}
         if self._accumulating:
             self._factors = [self._loss_factor(root) for root in roots]
+        self._confirm_targets()
         for root in roots:
             if root.grad_fn is None and root.requires_grad:
                 self._confirm_or_report(
@@ -872,6 +879,48 @@ class Tracer:
         self._eval_graphs.clear()
         self._eval_backward = False
 
+    # -- constants of a loss that carry a gradient (GL017) -----------------------------------
+
+    @_guarded
+    def _inspect_target(self, hint: Hint, frame: FrameType) -> None:
+        """GL017: about to run a target's line; see whether the target there has a grad_fn."""
+        text = _hint_source(self.script, hint).strip()
+        expression = _parsed(text)
+        if expression is None:
+            return
+        if _pure(expression):
+            # Ex) `advantages` in -(log_probs * advantages).mean(): names and arithmetic, safe to evaluate
+            try:
+                value = eval(compile(expression, self.script, "eval"), frame.f_globals, frame.f_locals)
+            except Exception:  # noqa: BLE001  (a name bound later on the line, a comprehension's variable)
+                return
+            self._judge_target(hint, text, value)
+            return
+        assigned = _assigned_name(linecache.getline(self.script, hint.line), expression)
+        if assigned is not None and not self.lines.watching(frame, assigned):
+            # Ex) target = r + gamma * target_net(s2).max(1)[0]: judged once the line assigned it
+            def assigned_value(old: object, value: object, line: int) -> bool:
+                self._judge_target(hint, text, value)
+                return False
+
+            self.lines.watch(Watch(frame, assigned, assigned_value))
+
+    def _judge_target(self, hint: Hint, text: str, value: object) -> None:
+        with_history = [t for t in _tensors(value) if t.grad_fn is not None]
+        if with_history:
+            name = type(with_history[0].grad_fn).__name__
+            shown = text if len(text) <= 60 else text[:59] + "…"
+            self._with_grad[hint.line] = f"`{shown}` had a grad_fn ({name}) when the loss was backpropagated"
+        else:
+            self._with_grad.pop(hint.line, None)
+
+    def _confirm_targets(self) -> None:
+        """GL017: the targets whose lines ran in this step still carried history at this backward."""
+        for hint in self.hints:
+            evidence = self._with_grad.get(hint.line) if hint.code == "GL017" else None
+            if evidence and self.lines.ran_since(hint.line, hint.end_line, backwards=self.backwards):
+                self.report("GL017", hint.line, evidence)
+
     def finish(self) -> None:
         """Report what is still pending when the script ends: leaks, an evaluation that never switched back."""
         self._end_manual_step(stop=False)
@@ -881,6 +930,50 @@ class Tracer:
         if self._evaluating:
             self._judge_evaluation()
         self.events.emit("coverage", lines=sorted(self.lines.hits))
+
+
+_PURE_NODES = (
+    ast.Expression, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Constant, ast.Load,
+    ast.Tuple, ast.Slice, ast.operator, ast.unaryop,
+)  # fmt: skip
+
+
+def _pure(expression: ast.Expression) -> bool:
+    """Whether evaluating the expression again runs nothing of the script's: no call, no comprehension."""
+    return all(isinstance(node, _PURE_NODES) for node in ast.walk(expression))
+
+
+def _hint_source(script: str, hint: Hint) -> str:
+    """The source of a finding's expression, from its line and columns (empty when it spans lines)."""
+    if hint.end_line != hint.line or hint.column < 1:
+        return ""
+    return linecache.getline(script, hint.line)[hint.column - 1 : hint.end_column - 1]
+
+
+def _parsed(text: str) -> ast.Expression | None:
+    try:
+        return ast.parse(text, mode="eval") if text else None
+    except SyntaxError:
+        return None
+
+
+def _assigned_name(line: str, value: ast.Expression) -> str | None:
+    """`target` for a line `target = VALUE` (or `self.target = VALUE`) whose whole value is `value`."""
+    try:
+        statement = ast.parse(line.strip())
+    except SyntaxError:
+        return None
+    if len(statement.body) != 1 or not isinstance(statement.body[0], ast.Assign):
+        return None
+    assign = statement.body[0]
+    if len(assign.targets) != 1 or ast.unparse(assign.value) != ast.unparse(value.body):
+        return None
+    target = assign.targets[0]
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+        return f"self.{target.attr}"
+    return None
 
 
 def _retains(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> bool:
