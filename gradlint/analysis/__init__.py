@@ -23,11 +23,11 @@ from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
-from gradlint.analysis.program import ModuleProgram
+from gradlint.analysis.program import Callee, ModuleProgram
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
-from gradlint.analysis.summaries import UPDATE
+from gradlint.analysis.summaries import UPDATE, Effect
 from gradlint.analysis.targets import Targets
 from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
@@ -155,21 +155,30 @@ class ModuleAnalysis:
         return Mutations(self.collected, self.leaves)
 
     @cached_property
-    def outside_updates(self) -> list[OutsideUpdate]:
-        """Calls that run, in another module of the project, an in-place update from gradients of parameters
-        this module passes (`sgd(model.parameters(), lr)` doing `p.add_(p.grad, alpha=-lr)`), while autograd
-        surely records here and nothing there turns it off."""
+    def outside_calls(self) -> list[tuple[cst.Call, Callee, list[tuple[Effect, cst.BaseExpression | None]]]]:
+        """The calls worth following (`EventIndex.worth_following`) that run a function of another module of the
+        project, each with that function and its effects bound to this call's arguments (`ModuleProgram.
+        bound_effects`)."""
         if self.program is None:
             return []
         found = []
         for call in self.collected.calls:
             context = self.context(call)
-            if context.no_grad or not self.events.worth_following(context):
+            if self.events.worth_following(context):
+                bound = self.program.bound_effects(call, context, self.events, self.events.call_view(call))
+                if bound is not None:
+                    found.append((call, *bound))
+        return found
+
+    @cached_property
+    def outside_updates(self) -> list[OutsideUpdate]:
+        """Calls that run, in another module of the project, an in-place update from gradients of parameters
+        this module passes (`sgd(model.parameters(), lr)` doing `p.add_(p.grad, alpha=-lr)`), while autograd
+        surely records here and nothing there turns it off."""
+        found = []
+        for call, callee, effects in self.outside_calls:
+            if self.context(call).no_grad:
                 continue
-            bound = self.program.bound_effects(call, context, self.events, self.events.call_view(call))
-            if bound is None:
-                continue
-            callee, effects = bound
             for effect, value in effects:
                 if effect.kind != UPDATE or effect.no_grad or value is None:
                     continue

@@ -22,7 +22,7 @@ import libcst as cst
 
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Scope
-from gradlint.analysis.leaves import Held, Leaves, is_leaf_value, makes_leaf
+from gradlint.analysis.leaves import Held, Leaves, argument, is_leaf_value, makes_leaf, parameter_names
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Definition, Origins
 from gradlint.analysis.program import ModuleProgram
@@ -131,7 +131,7 @@ class LeafCopies:
             owner = self.collected.owners.get(function)
             methods = self.collected.owners.items()
             scopes: list[Scope] = [method for method, cls in methods if cls is owner and method is not function]
-        elif "." in key or key in _parameter_names(function):
+        elif "." in key or key in parameter_names(function):
             return frozenset()
         else:
             scopes = [self.collected.module]  # Ex) w1 = torch.randn(n, requires_grad=True).cuda(), used in a function
@@ -193,7 +193,7 @@ class LeafCopies:
     def _params_given(self, call: cst.Call) -> Iterator[cst.BaseExpression]:
         """The expressions `call` hands to an optimizer as its parameters, directly or through a helper."""
         if self.roles.role_of_value(call) is Role.OPTIMIZER:
-            params = _argument(call, 0, "params")
+            params = argument(call, 0, "params")
             if params is not None:
                 yield params
             return
@@ -201,9 +201,9 @@ class LeafCopies:
         if helper is not None:
             offset = 1 if helper in self.collected.owners and isinstance(call.func, cst.Attribute) else 0
             for index, name in self._builders.get(helper, []):
-                argument = _argument(call, index - offset, name)
-                if argument is not None:
-                    yield argument
+                given = argument(call, index - offset, name)
+                if given is not None:
+                    yield given
             return
         yield from self._given_to_other_module(call)
 
@@ -237,7 +237,7 @@ class LeafCopies:
             function = self.collected.contexts[call].function
             if function is None or self.roles.role_of_value(call) is not Role.OPTIMIZER:
                 continue
-            params = _argument(call, 0, "params")
+            params = argument(call, 0, "params")
             read = set(names_in(params)) if params is not None else set()
             for index, param in enumerate(function.params.params):
                 if param.name.value in read:
@@ -368,19 +368,6 @@ def _updated_from_own_grad(statement: cst.BaseSmallStatement) -> cst.BaseExpress
     if key is None or not any(name == gradient or name.startswith(gradient + ".") for name in reads):
         return None
     return target
-
-
-def _parameter_names(function: cst.FunctionDef) -> set[str]:
-    params = function.params
-    return {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
-
-
-def _argument(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-    return positional[index] if 0 <= index < len(positional) else None
 
 
 def _is_string(node: cst.BaseExpression, value: str) -> bool:

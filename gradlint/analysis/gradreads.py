@@ -97,22 +97,12 @@ class GradReads:
     def outside(self) -> list[OutsideRead]:
         """Calls of another module's function that uses the `.grad` of the parameters it is given before it runs a
         backward pass of its own (`reset_gradients(model)` doing `p.grad.zero_()`), from the whole-program model."""
-        analysis = self.analysis
-        if analysis.program is None:
-            return []
         found = []
-        for call in analysis.collected.calls:
-            context = analysis.context(call)
-            if not analysis.events.worth_following(context):
-                continue
-            bound = analysis.program.bound_effects(call, context, analysis.events, analysis.events.call_view(call))
-            if bound is None:
-                continue
-            callee, effects = bound
+        for call, callee, effects in self.analysis.outside_calls:
             for effect, value in effects:
                 if effect.kind == Kind.BACKWARD.value:
                     break  # what it reads after its own backward is filled
-                if effect.kind == GRAD_READ and value is not None and analysis.holds_parameters(value, call):
+                if effect.kind == GRAD_READ and value is not None and self.analysis.holds_parameters(value, call):
                     found.append(OutsideRead(call, value, callee.origin))
                     break
         return found

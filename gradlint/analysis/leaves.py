@@ -93,7 +93,7 @@ class Leaves:
         local = [binding for binding in bindings.get((scope, key), []) if binding[0] < order]
         if local:
             return self._resolve(local[-1][1])
-        if isinstance(scope, cst.FunctionDef) and key in _parameter_names(scope):
+        if isinstance(scope, cst.FunctionDef) and key in parameter_names(scope):
             return self._held_by_parameter(key, scope)
         if (scope, key) in bindings and "." not in key:
             return Held.OTHER  # bound later in this scope only: a local not yet assigned
@@ -141,9 +141,9 @@ class Leaves:
         if function in self.collected.owners:
             index -= 1  # `self` is not passed at a method's call site
         for site in self.callers.call_sites(function):
-            argument = _argument(site, index, name)
-            if argument is not None:
-                held = self.held(argument, site)
+            given = argument(site, index, name)
+            if given is not None:
+                held = self.held(given, site)
                 if held is not Held.OTHER:
                     return held
         return Held.OTHER
@@ -323,12 +323,14 @@ def _requires_grad_switch(call: cst.BaseExpression) -> tuple[cst.BaseExpression,
     return call.func.value, on
 
 
-def _parameter_names(function: cst.FunctionDef) -> set[str]:
+def parameter_names(function: cst.FunctionDef) -> set[str]:
+    """The names of a function's parameters, without `*args` and `**kwargs`."""
     params = function.params
     return {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
 
 
-def _argument(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
+def argument(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
+    """What `call` passes as the parameter `name`, by keyword or at position `index` (None: not passed)."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:
             return arg.value
