@@ -57,6 +57,7 @@ class EvalModeNotRestored(Rule):
             with torch.no_grad():
                 return sum(criterion(model(x), y).item() for x, y in loader)
 
+
         model.train()
         for epoch in range(10):
             for x, y in train_loader:
@@ -70,6 +71,7 @@ class EvalModeNotRestored(Rule):
             model.eval()
             with torch.no_grad():
                 return sum(criterion(model(x), y).item() for x, y in loader)
+
 
         for epoch in range(10):
             model.train()
