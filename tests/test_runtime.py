@@ -338,3 +338,9 @@ def test_the_html_report_shows_static_evidence_beside_what_was_observed() -> Non
     page = render_html(TraceReport("t.py", [TracedFinding(finding, CONFIRMED, "`total` holds 2 graphs")], run))
     assert "Static evidence" in page and "line 6: `loss` gets its graph" in page
     assert "growth per step: <code>4" in page and "`total` holds 2 graphs" in page
+
+
+def test_eval_mode_left_behind_is_confirmed_at_the_evaluation_call(traced: dict[str, Traced]) -> None:
+    [left] = [f for f in traced["gl016_bug.py"].findings if f["code"] == "GL016"]
+    assert left["status"] == "confirmed" and "still in eval mode since line 10" in str(left["evidence"])
+    assert [f for f in traced["gl016_clean.py"].findings if f["code"] == "GL016"] == []
