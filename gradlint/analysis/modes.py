@@ -292,7 +292,7 @@ class ModeSwitches:
                 continue
             for training, key in trainings:
                 if self._judged_inside(switch, training, scope):
-                    return None
+                    continue  # the helper's own timeline judges them
                 if not self._restored(switch, training, inside) and not self._freezes(switch, training, inside):
                     return Leak(switch, training, loop, key)
             return None
