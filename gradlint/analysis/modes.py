@@ -181,10 +181,12 @@ class ModeSwitches:
             region: Region | None = context.loops[-1] if context.loops else context.function
             if region is None:
                 continue
-            forwards = self._trained_forwards(region, event.node)
-            models = tuple(model for forward in forwards for model in self._forwarded(forward))
-            if models:
-                marks.append(Mark(Mode.TRAINING, models, event.node, event.node, context.loops, forward=forwards[0]))
+            forwards = [
+                (call, found) for call in self._trained_forwards(region, event.node) if (found := self._forwarded(call))
+            ]
+            if forwards:
+                models = tuple(model for _, found in forwards for model in found)
+                marks.append(Mark(Mode.TRAINING, models, event.node, event.node, context.loops, forward=forwards[0][0]))
         return marks
 
     def _trained_forwards(self, region: Region, backward: cst.CSTNode) -> list[cst.Call]:
