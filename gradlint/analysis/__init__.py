@@ -165,7 +165,9 @@ class ModuleAnalysis:
     @cached_property
     def modes(self) -> ModeSwitches:
         """Train/eval mode switches and the training passes an eval mode leaks into."""
-        return ModeSwitches(self.collected, self.events, self.backpropagated_names)
+        return ModeSwitches(
+            self.collected, self.events, self.backpropagated_names, self.rebinds, self.updates.updated_models
+        )
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

@@ -82,10 +82,19 @@ Backpropagated = Callable[[Region], set[str]]
 class ModeSwitches:
     """Finds eval switches whose mode leaks into later training passes."""
 
-    def __init__(self, collected: Collected, events: EventIndex, backpropagated: Backpropagated) -> None:
+    def __init__(
+        self,
+        collected: Collected,
+        events: EventIndex,
+        backpropagated: Backpropagated,
+        rebinds: Callable[[Region, str], bool],
+        updated_models: Callable[[cst.BaseExpression], set[str]],
+    ) -> None:
         self.collected = collected
         self.events = events
         self.backpropagated = backpropagated
+        self.rebinds = rebinds
+        self.updated_models = updated_models
         self.forwards = ForwardCalls(collected, events.roles, events)
         self._timelines: dict[Scope, tuple[Mark, ...]] = {}
         self._outside: dict[tuple[str, str], tuple[tuple[str, str | None], ...]] = {}
@@ -184,10 +193,26 @@ class ModeSwitches:
             forwards = [
                 (call, found) for call in self._trained_forwards(region, event.node) if (found := self._forwarded(call))
             ]
+            optimized = self._optimized(scope, context.loops[-1] if context.loops else None)
+            kept = [(call, found) for call, found in forwards if optimized and _optimized_any(found, optimized)]
+            forwards = kept or forwards  # none kept: the optimizer was built where the models have other names
             if forwards:
                 models = tuple(model for _, found in forwards for model in found)
                 marks.append(Mark(Mode.TRAINING, models, event.node, event.node, context.loops, forward=forwards[0][0]))
         return marks
+
+    def _optimized(self, scope: Scope, loop: Loop | None) -> set[str] | None:
+        """The models the optimizers stepped in `loop` (or `scope`) were built on (`Adam(decoder.parameters())`);
+        None when one is not known. A frozen encoder whose output feeds the loss is no trained model."""
+        models: set[str] = set()
+        for event in self.events.scope_events(scope):
+            if event.kind is not Kind.STEP or (loop is not None and loop not in event.loops):
+                continue
+            found = self.updated_models(event.value) if event.value is not None else set()
+            if not found:
+                return None
+            models |= found
+        return models or None
 
     def _trained_forwards(self, region: Region, backward: cst.CSTNode) -> list[cst.Call]:
         """The calls of `region` outside no_grad whose result reaches `backward`."""
@@ -266,7 +291,12 @@ class ModeSwitches:
         summary = program.program.summary(module)
         function = summary.functions.get(qualname) if summary is not None else None
         found: list[tuple[str, str | None]] = []
+        own = self._own_mode_methods(module, qualname)
         for effect in function.effects if function is not None else ():
+            if effect.kind in (TRAIN, EVAL) and effect.port == "self" and own:
+                continue  # Ex) `self.eval()` of a class with an `eval` method of its own: no nn.Module switch
+            if effect.kind == EVAL and not self._switches_off(module, qualname, effect.port):
+                continue  # Ex) `value_approx.eval(0, x)`: an `eval` that takes arguments is not nn.Module's
             if effect.kind in (TRAIN, EVAL, Kind.BACKWARD.value):
                 found.append((effect.kind, effect.port))
             elif effect.kind == CALL and effect.callee is not None and depth < MAX_DEPTH:
@@ -280,6 +310,23 @@ class ModeSwitches:
                 found.extend((kind, _substitute(port, binding)) for kind, port in self._effects_of(*target, depth + 1))
         self._outside[key] = tuple(found)
         return self._outside[key]
+
+    def _own_mode_methods(self, module: str, qualname: str) -> bool:
+        """Whether the class of a method of another module defines `eval` or `train` itself."""
+        program = self.events.program
+        outline = program.program.outlines.outline(module) if program is not None else None
+        owner = outline.classes.get(qualname.partition(".")[0]) if outline is not None and "." in qualname else None
+        return owner is not None and bool({"eval", "train"} & set(owner.methods))
+
+    def _switches_off(self, module: str, qualname: str, port: str | None) -> bool:
+        """Whether the function's code holds `port.eval()` or `port.train(False)` as written (the summary keeps no
+        arguments)."""
+        program = self.events.program
+        outline = program.program.outlines.outline(module) if program is not None else None
+        if outline is None or port is None:
+            return False
+        code = outline.code(qualname)
+        return f"{port}.eval()".encode() in code or f"{port}.train(False)".encode() in code
 
     # Judging one eval switch.
 
@@ -295,10 +342,17 @@ class ModeSwitches:
             for training, key in trainings:
                 if self._judged_inside(switch, training, scope):
                     continue  # the helper's own timeline judges them
+                if self._rebuilt(loop, key):
+                    continue  # Ex) `trainer = Trainer(model=Net())` in the loop: each pass trains a new one
                 if not self._restored(switch, training, inside) and not self._freezes(switch, training, inside):
                     return Leak(switch, training, loop, key)
             return None
         return None
+
+    def _rebuilt(self, loop: Loop, key: str) -> bool:
+        """Whether the loop binds the model (or an object that holds it) afresh."""
+        parts = key.split(".")
+        return any(self.rebinds(loop, ".".join(parts[:end])) for end in range(1, len(parts) + 1))
 
     def _trains(self, switch: Mark, mark: Mark) -> str | None:
         """The model `mark` trains that `switch` puts in eval mode (it or a parent or a child of it)."""
@@ -397,6 +451,11 @@ def _runs_for(test: cst.BaseExpression, literals: dict[str, str]) -> bool | None
 def _restores(train: Mark, switch: Mark) -> bool:
     """Whether the `train()` of `train` switches back the modules `switch` evaluates."""
     return any(_covers(outer, inner) for outer in train.names() for inner in switch.names())
+
+
+def _optimized_any(models: Sequence[cst.BaseExpression], optimized: set[str]) -> bool:
+    """Whether one of `models` holds parameters of an optimized model (or is held by one)."""
+    return any(_related(key, other) for model in models if (key := dotted_name(model)) for other in optimized)
 
 
 def _related(evaluated: str, trained: str) -> bool:
