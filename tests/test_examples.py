@@ -34,6 +34,7 @@ examples/saliency_map.py:23:5: GL015
 examples/train_classifier.py:43:13: GL001
 examples/train_classifier.py:53:9: GL002
 examples/vae_beta_warmup.py:39:18: GL019
+examples/validate_every_n_steps.py:48:48: GL016
 """
 
 

@@ -19,6 +19,7 @@ from gradlint.analysis.freed import FreedGraphs
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Held, Leaves
 from gradlint.analysis.lineage import Lineages
+from gradlint.analysis.modes import ModeSwitches
 from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.nograd import NoGradValues
@@ -222,6 +223,13 @@ class ModuleAnalysis:
     def evaluation(self) -> Evaluation:
         """Evaluation code: model calls in eval regions that run with autograd recording."""
         return Evaluation(self.collected, self.roles, self.events, self.values, self.callers)
+
+    @cached_property
+    def modes(self) -> ModeSwitches:
+        """Train/eval mode switches and the training passes an eval mode leaks into."""
+        return ModeSwitches(
+            self.collected, self.events, self.backpropagated_names, self.rebinds, self.updates.updated_models
+        )
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

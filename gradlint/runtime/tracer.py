@@ -92,6 +92,13 @@ class _Retained:
     ids: set[int] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _LeftInEval:
+    module: weakref.ref[torch.nn.Module]
+    params: set[int]
+    lines: list[int]  # the script's lines on the stack when it called eval(), innermost first
+
+
 @dataclass
 class _ScalerState:
     scaled: bool = False
@@ -152,6 +159,8 @@ class Tracer:
         for hint in hints:
             if hint.code == "GL017":
                 self.lines.listeners[hint.line] = functools.partial(self._inspect_target, hint)
+        self._train_since: dict[int, int] = {}  # module -> backward count when the script last set train mode
+        self._left_in_eval: dict[int, _LeftInEval] = {}  # modules the script put in eval mode after training them
 
     # -- installing -----------------------------------------------------------------
 
@@ -310,6 +319,7 @@ class Tracer:
             for root in roots:
                 if root.grad_fn is not None:
                     self._roots.append((root.grad_fn, self.steps, line))
+            self._check_training_in_eval(before, line)
             if _sampled(self.backwards):
                 self._watch_leaves()
             if self.steps < _EVERY_STEP_UNTIL:
@@ -850,6 +860,7 @@ class Tracer:
         finally:
             self._depth -= 1
         self._switch_mode(module, mode)
+        self._track_eval_mode(module, mode)
         return result
 
     @_guarded
@@ -920,6 +931,37 @@ class Tracer:
             evidence = self._with_grad.get(hint.line) if hint.code == "GL017" else None
             if evidence and self.lines.ran_since(hint.line, hint.end_line, backwards=self.backwards):
                 self.report("GL017", hint.line, evidence)
+    @_guarded
+    def _track_eval_mode(self, module: torch.nn.Module, training: bool) -> None:
+        """GL016: note a module the script puts in eval mode after a backward ran in train mode."""
+        if training:
+            for sub in module.modules():
+                self._train_since[id(sub)] = self.backwards
+            for key in [key for key, left in self._left_in_eval.items() if (m := left.module()) is None or m.training]:
+                del self._left_in_eval[key]
+            return
+        lines = [frame.f_lineno for frame in self._frames()]
+        if lines and self.backwards > self._train_since.get(id(module), 0):
+            params = {id(p) for p in module.parameters() if p.requires_grad}
+            self._left_in_eval[id(module)] = _LeftInEval(weakref.ref(module), params, lines)
+
+    def _check_training_in_eval(self, before: dict[int, Any], line: int) -> None:
+        """GL016: this backward gave gradients to a module the script left in eval mode."""
+        for key, left in list(self._left_in_eval.items()):
+            module = left.module()
+            trained = any(_received_grad(*before[pid]) for pid in left.params if pid in before)
+            if module is None or module.training or not trained:
+                continue
+            del self._left_in_eval[key]
+            hints = [
+                h.line for h in self.hints if h.code == "GL016" and any(h.line <= n <= h.end_line for n in left.lines)
+            ]
+            message = (
+                f"the backward at line {line} trained a {type(module).__name__} still in eval mode since line "
+                f"{left.lines[0]}: dropout and batch norm ran in inference behaviour"
+            )
+            for at in hints or left.lines[:1]:
+                self.report("GL016", at, message)
 
     def finish(self) -> None:
         """Report what is still pending when the script ends: leaks, an evaluation that never switched back."""
@@ -974,6 +1016,9 @@ def _assigned_name(line: str, value: ast.Expression) -> str | None:
     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
         return f"self.{target.attr}"
     return None
+def _received_grad(param: torch.Tensor, old_grad: torch.Tensor | None, old_version: int) -> bool:
+    """Whether a backward gave `param` a gradient: a new `.grad`, or one accumulated into in place."""
+    return param.grad is not None and (param.grad is not old_grad or _version(param.grad) != old_version)
 
 
 def _retains(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> bool:

@@ -1,0 +1,95 @@
+"""GL016: a model left in eval mode by evaluation code while training goes on."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis.modes import switch_mode
+from gradlint.rule import Rule
+
+
+class EvalModeNotRestored(Rule):
+    """Checks for `model.eval()` in a training loop that is never undone before the next training forward.
+
+    Why is this bad?
+    `model.eval()` (or `model.train(False)`) sets `training = False` on the module and
+    all its submodules, and it stays so until `model.train()`. Dropout stops dropping
+    and batch norm normalizes with its running statistics and stops updating them, so
+    every training step after an evaluation that does not switch back trains a
+    different network: regularization is gone, batch-norm statistics freeze, and
+    results quietly change. Nothing raises. It usually happens in an evaluation helper
+    called every N steps or at the end of each epoch, while `model.train()` is called
+    only once before the loops (or at the top of the epoch, which a mid-epoch
+    evaluation does not reach).
+
+    The finding is at the `eval()` call, or at the call of the helper (of this module
+    or another module of the project) that evaluates; the training forward the eval
+    mode reaches is shown with it. Not reported: `model.train()` before the training
+    forward on every path (at the top of each epoch or step, at the end of the helper,
+    in a `finally`, `model.train(was_training)`); evaluation after the last training
+    loop; `eval()` on another module than the one trained (a teacher, an EMA or target
+    network kept in eval mode); a submodule put in eval mode right after the parent's
+    `train()` (frozen batch norm while fine-tuning); `model.train() if training else
+    model.eval()` and other switches chosen by a branch; Lightning, which switches
+    modes itself, and inference-only code.
+
+    Known problems
+    The path is read in source order: a `train()` in a branch that does not always run
+    counts as a restore, and an evaluation that returns early before its `train()` is
+    not seen. Modules switched through `model.apply(fn)` or in a loop over
+    `model.modules()` are not followed, nor code outside the project. A model without
+    dropout or batch norm is reported too, although there the mode changes nothing
+    (yet): the layers are not looked at.
+
+    References
+    https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval
+    """
+
+    code = "GL016"
+    name = "eval-mode-not-restored"
+    message = (
+        "the model is left in eval mode and training goes on: dropout and batch norm "
+        "stay in inference behaviour for the following training steps"
+    )
+    quiet_in_tests = True  # tests train tiny models to check mechanics, often without dropout or batch norm
+    requires = ((b"eval", b"train"),)
+    example = """
+        def evaluate(model, loader):
+            model.eval()
+            with torch.no_grad():
+                return sum(criterion(model(x), y).item() for x, y in loader)
+
+
+        model.train()
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            evaluate(model, val_loader)
+    """
+    use_instead = """
+        def evaluate(model, loader):
+            model.eval()
+            with torch.no_grad():
+                return sum(criterion(model(x), y).item() for x, y in loader)
+
+
+        for epoch in range(10):
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            evaluate(model, val_loader)
+    """
+
+    def check_module(self) -> None:
+        for leak in self.analysis.modes.leaks():
+            site, forward = leak.switch.site, leak.training.forward or leak.training.site
+            how = "sets" if isinstance(site, cst.Call) and switch_mode(site) is not None else "leaves"
+            message = (
+                f"`{self.analysis.code(site)}` {how} `{leak.model}` in eval mode and nothing switches it back "
+                "before the next training forward: dropout and batch norm stay in inference behaviour"
+            )
+            self.report(site, message, related=[(forward, "this training forward then runs in eval mode")])
