@@ -17,15 +17,18 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from gradlint.project import Project, content_hash
 
 # What a gradient effect looks like in source: a backward, a step, a clear, a clip, an
-# unscale, an optimizer or scaler built. A function whose code has none of these (and
-# calls no project function that has) does nothing to gradient state.
+# unscale, an optimizer or scaler built, a use of `.grad`, a switch to eval or train mode.
+# A function whose code has none of these (and calls no project function that has) does
+# nothing to gradient state.
 EFFECT = re.compile(
     rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|optim\.|GradScaler|\.grad\b"
+    rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|True\b|False\b|mode\b)"
     rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
 )
 # Functions whose name says their result is a loss or a model's output: their summary says what they return.
@@ -80,6 +83,8 @@ TOP_LEVEL = "<module>"  # the qualname under which an outline keeps the module's
 _CALL = re.compile(rb"(?<![\w.])(super\(\)\.\w+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
 # The function `functools.partial(train_step, model)` wraps: it runs where the partial is called.
 _PARTIAL = re.compile(rb"(?<![\w.])(?:functools\.)?partial\(\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*[,)]")
+# An assignment of a constructor call: `model = JointEmbedding(` (a name that starts upper-case).
+_INSTANCE = re.compile(rb"(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(")
 _STRINGS = re.compile(rb'(?s)"""(?:[^\\]|\\.)*?"""|\'\'\'(?:[^\\]|\\.)*?\'\'\'|#[^\r\n]*')
 _NOT_CALLS = frozenset(
     {"if", "elif", "while", "for", "return", "and", "or", "not", "in", "is", "lambda", "yield", "await", "assert",
@@ -190,9 +195,24 @@ class ModuleOutline:
                 found.append(Ref("class", owner, method=rest))
                 continue
             ref = name_ref(text, self.names, local)
+            if ref is None and rest and "." not in rest and head in self.instances:
+                built = self.instances[head]  # Ex) model.val_start() where the module builds model = Wrapper(...)
+                ref = Ref(built.kind, built.name, built.level, rest)
             if ref is not None:
                 found.append(ref)
         return tuple(dict.fromkeys(found))
+
+    @cached_property
+    def instances(self) -> dict[str, Ref]:
+        """Names the module binds, anywhere, to an instance of one class it defines or imports (`model =
+        JointEmbedding(...)`): what `model.method()` runs, as the analysis's `EventIndex.instance_class` takes it."""
+        built: dict[str, set[Ref | None]] = {}
+        for match in _INSTANCE.finditer(_STRINGS.sub(b"", b"".join(self.lines))):
+            name, cls = match[1].decode("ascii", "replace"), match[2].decode("ascii", "replace")
+            built.setdefault(name, set()).add(
+                name_ref(cls, self.names) or (Ref("class", cls) if cls in self.classes else None)
+            )
+        return {name: ref for name, refs in built.items() if len(refs) == 1 and (ref := next(iter(refs))) is not None}
 
 
 def _effects(code: bytes) -> bool:

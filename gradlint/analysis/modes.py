@@ -29,12 +29,11 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
 from gradlint.analysis.names import dotted_name
-from gradlint.analysis.program import _substitute, _value, bind
 from gradlint.analysis.steps import EventIndex, Kind, _arguments, _rebound, _switched_off
-from gradlint.analysis.summaries import CALL, EVAL, TRAIN
+from gradlint.analysis.summaries import EVAL, TRAIN
 
 if TYPE_CHECKING:
-    from gradlint.analysis.program import Callee
+    pass
 
 MAX_DEPTH = 4
 SELF = frozenset({"self", "cls"})
@@ -97,7 +96,6 @@ class ModeSwitches:
         self.updated_models = updated_models
         self.forwards = ForwardCalls(collected, events.roles, events)
         self._timelines: dict[Scope, tuple[Mark, ...]] = {}
-        self._outside: dict[tuple[str, str], tuple[tuple[str, str | None], ...]] = {}
 
     def leaks(self) -> list[Leak]:
         """Every eval switch that leaks, one per site, in source order."""
@@ -257,76 +255,26 @@ class ModeSwitches:
     # Calls into other modules of the project.
 
     def _from_outside(self, call: cst.Call) -> list[Mark]:
+        """The train, eval and backward effects of another module's function at `call`, in its order, from the
+        whole-program model (`ModuleProgram.bound_effects`: its own calls followed, ports bound here)."""
         program = self.events.program
         context = self.events.context(call)
-        if program is None:
+        bound = program.bound_effects(call, context, self.events) if program is not None else None
+        if bound is None:
             return []
-        callee = program.callee_of(call, context, self.events)
-        if callee is None:
-            return []
-        binding = program.binding(call, callee)
-        arguments = tuple(binding.values())
+        _, effects = bound
+        arguments = tuple(arg.value for arg in call.args)
+        if isinstance(call.func, cst.Attribute):
+            arguments = (call.func.value, *arguments)
         marks: list[Mark] = []
-        for kind, port in self._outside_effects(callee):
-            if kind == Kind.BACKWARD.value:
+        for effect, model in effects:
+            if effect.kind == Kind.BACKWARD.value:
                 if not marks or marks[-1].mode is not Mode.TRAINING:
                     marks.append(Mark(Mode.TRAINING, arguments, call, call, context.loops))
-                continue
-            model = _value(port, binding)
-            if model is not None:
-                marks.append(Mark(Mode.EVAL if kind == EVAL else Mode.TRAIN, (model,), call, call, context.loops))
+            elif effect.kind in (TRAIN, EVAL) and model is not None:
+                mode = Mode.EVAL if effect.kind == EVAL else Mode.TRAIN
+                marks.append(Mark(mode, (model,), call, call, context.loops))
         return marks
-
-    def _outside_effects(self, callee: Callee) -> tuple[tuple[str, str | None], ...]:
-        return self._effects_of(callee.module, callee.qualname, 0)
-
-    def _effects_of(self, module: str, qualname: str, depth: int) -> tuple[tuple[str, str | None], ...]:
-        """(kind, port) of the train, eval and backward effects of a project function, its calls followed."""
-        key = (module, qualname)
-        if key in self._outside:
-            return self._outside[key]
-        self._outside[key] = ()  # recursion guard
-        program = self.events.program
-        assert program is not None
-        summary = program.program.summary(module)
-        function = summary.functions.get(qualname) if summary is not None else None
-        found: list[tuple[str, str | None]] = []
-        own = self._own_mode_methods(module, qualname)
-        for effect in function.effects if function is not None else ():
-            if effect.kind in (TRAIN, EVAL) and effect.port == "self" and own:
-                continue  # Ex) `self.eval()` of a class with an `eval` method of its own: no nn.Module switch
-            if effect.kind == EVAL and not self._switches_off(module, qualname, effect.port):
-                continue  # Ex) `value_approx.eval(0, x)`: an `eval` that takes arguments is not nn.Module's
-            if effect.kind in (TRAIN, EVAL, Kind.BACKWARD.value):
-                found.append((effect.kind, effect.port))
-            elif effect.kind == CALL and effect.callee is not None and depth < MAX_DEPTH:
-                target = program.program.outlines.resolve(effect.callee, module)
-                inner = program.program.function(*target) if target is not None else None
-                if target is None or inner is None:
-                    continue
-                positional = [port for name, port in effect.args if name.isdigit()]
-                keywords = {name: port for name, port in effect.args if not name.isdigit() and name != "self"}
-                binding = bind(inner, positional, keywords, dict(effect.args).get("self"))
-                found.extend((kind, _substitute(port, binding)) for kind, port in self._effects_of(*target, depth + 1))
-        self._outside[key] = tuple(found)
-        return self._outside[key]
-
-    def _own_mode_methods(self, module: str, qualname: str) -> bool:
-        """Whether the class of a method of another module defines `eval` or `train` itself."""
-        program = self.events.program
-        outline = program.program.outlines.outline(module) if program is not None else None
-        owner = outline.classes.get(qualname.partition(".")[0]) if outline is not None and "." in qualname else None
-        return owner is not None and bool({"eval", "train"} & set(owner.methods))
-
-    def _switches_off(self, module: str, qualname: str, port: str | None) -> bool:
-        """Whether the function's code holds `port.eval()` or `port.train(False)` as written (the summary keeps no
-        arguments)."""
-        program = self.events.program
-        outline = program.program.outlines.outline(module) if program is not None else None
-        if outline is None or port is None:
-            return False
-        code = outline.code(qualname)
-        return f"{port}.eval()".encode() in code or f"{port}.train(False)".encode() in code
 
     # Judging one eval switch.
 

@@ -272,7 +272,7 @@ class _Summarizer:
         func = call.func
         receiver = func.value if isinstance(func, cst.Attribute) else None
         method = last_name(func)
-        if receiver is not None and method in ("train", "eval"):
+        if receiver is not None and self._switches_mode(written, call, receiver, method):
             mode = EVAL if method == "eval" or _is_false(call) else TRAIN
             return Effect(mode, port(receiver, params), **common)
         if self.analysis.roles.role_of_value(written) is Role.OPTIMIZER:
@@ -291,6 +291,21 @@ class _Summarizer:
         args += _spread(call, params)
         star = any(arg.star for arg in call.args)
         return Effect(CALL, callee=ref, args=tuple(args), star=star, **common)
+
+    def _switches_mode(
+        self, written: cst.Call, call: cst.Call, receiver: cst.BaseExpression, method: str | None
+    ) -> bool:
+        """Whether `receiver.train(...)`/`receiver.eval()` is `nn.Module`'s mode switch: `eval()` takes no argument
+        and `train()` at most a mode (`value_approx.eval(0, x)` is not one), and a class with an `eval` or `train`
+        method of its own does not switch modes by `self.eval()`."""
+        if method == "eval":
+            plain = not call.args
+        elif method == "train":
+            plain = len(call.args) <= 1 and not any(arg.star for arg in call.args)
+        else:
+            return False
+        owner = self.events.context(written).class_def if _on_self(receiver) else None
+        return plain and not (owner is not None and self.events.method_of(owner, method) is not None)
 
     def callee_ref(self, call: cst.Call, view: cst.Call) -> Ref | None:
         """The reference `call` (as `view` writes it) makes outside this module: same-module functions are refs

@@ -931,6 +931,7 @@ class Tracer:
             evidence = self._with_grad.get(hint.line) if hint.code == "GL017" else None
             if evidence and self.lines.ran_since(hint.line, hint.end_line, backwards=self.backwards):
                 self.report("GL017", hint.line, evidence)
+
     @_guarded
     def _track_eval_mode(self, module: torch.nn.Module, training: bool) -> None:
         """GL016: note a module the script puts in eval mode after a backward ran in train mode."""
@@ -1016,6 +1017,8 @@ def _assigned_name(line: str, value: ast.Expression) -> str | None:
     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
         return f"self.{target.attr}"
     return None
+
+
 def _received_grad(param: torch.Tensor, old_grad: torch.Tensor | None, old_version: int) -> bool:
     """Whether a backward gave `param` a gradient: a new `.grad`, or one accumulated into in place."""
     return param.grad is not None and (param.grad is not old_grad or _version(param.grad) != old_version)
