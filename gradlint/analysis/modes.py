@@ -29,7 +29,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
 from gradlint.analysis.names import dotted_name
-from gradlint.analysis.steps import EventIndex, Kind, _arguments, _rebound, _switched_off
+from gradlint.analysis.steps import EventIndex, Kind, arguments_of, rebound, switched_off_at
 from gradlint.analysis.summaries import EVAL, TRAIN
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class ModeSwitches:
 
     def _inline(self, helper: cst.FunctionDef, call: cst.Call, depth: int) -> list[Mark]:
         context = self.events.context(call)
-        off = _switched_off(helper, call)
+        off = switched_off_at(helper, call)
         exits = self.events.exits_without(helper, off)
         marks = []
         for mark in self.timeline(helper, depth + 1):
@@ -164,7 +164,7 @@ class ModeSwitches:
                 or self._excluded(mark.node, _literals(helper, call))
             ):
                 continue  # Ex) evaluate(model, train=False) never runs the helper's `model.train()`
-            models = tuple(_rebound(model, helper, call) or model for model in mark.models)
+            models = tuple(rebound(model, helper, call) or model for model in mark.models)
             marks.append(replace(mark, models=models, site=call, loops=context.loops + mark.loops))
         return marks
 
@@ -242,7 +242,7 @@ class ModeSwitches:
         helper = self._helper(call)
         if helper is not None:
             return [
-                _rebound(forward.func, helper, call) or forward.func
+                rebound(forward.func, helper, call) or forward.func
                 for forward in self.collected.calls_in_scope(helper)
                 if self.forwards.is_forward(forward) and not self.events.context(forward).no_grad
             ]
@@ -378,7 +378,7 @@ def _literals(helper: cst.FunctionDef, call: cst.Call) -> dict[str, str]:
     """The helper's parameters that `call` gives a string literal: `_run_epoch("val", epoch)`."""
     if any(arg.star for arg in call.args):
         return {}
-    given = _arguments(helper, call).items()
+    given = arguments_of(helper, call).items()
     return {name: value.value[1:-1] for name, value in given if isinstance(value, cst.SimpleString)}
 
 

@@ -442,7 +442,7 @@ class EventIndex:
     ) -> list[Event]:
         """The helper's events at `site`, its parameters bound to what the call (as `view` writes it) passes."""
         given = view or site
-        off = _switched_off(helper, given) if isinstance(given, cst.Call) else {}
+        off = switched_off_at(helper, given) if isinstance(given, cst.Call) else {}
         exits = self.exits_without(helper, off)
         return [
             Event(
@@ -452,7 +452,7 @@ class EventIndex:
                 context.loops + event.loops,
                 context.ifs + event.ifs,
                 context.no_grad or event.no_grad,
-                _rebound(event.value, helper, given),
+                rebound(event.value, helper, given),
                 event.via_scaler,
                 event.retain_graph,
                 event.via,
@@ -534,7 +534,7 @@ class EventIndex:
         return steps
 
 
-def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
+def rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
     """A helper's event value in the caller's terms: `def update(optimizer)` called as `update(opt_d)` steps `opt_d`.
 
     Only a parameter given a plain name or attribute is rebound (or an item of a spread one, `args[1]`, that a
@@ -552,7 +552,7 @@ def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cs
         on_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == head
         given = func.value if isinstance(func, cst.Attribute) and not on_self else None
     else:
-        given = _arguments(helper, site).get(head)
+        given = arguments_of(helper, site).get(head)
     if given is None or not _passable(given):
         return value
     for name in rest:
@@ -583,7 +583,7 @@ def _positional_params(helper: cst.FunctionDef, call: cst.Call) -> list[cst.Para
     return positional
 
 
-def _arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+def arguments_of(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
     """The helper's parameters mapped to what `call` passes them (by position, then keyword).
 
     A spread argument (`*args`, `**kwargs`) fills the parameters after the positional ones with its items:
@@ -642,7 +642,7 @@ def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript
     return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
 
 
-def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
+def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     """Parameters of `helper` that are None or False at `call`: name -> whether the value is None.
 
     A parameter is switched off when `call` omits it and its default is `None` or `False`,
@@ -651,7 +651,7 @@ def _switched_off(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
     if any(arg.star for arg in call.args):
         return {}  # *args or **kwargs: anything may be passed
     positional = _positional_params(helper, call)
-    given = _arguments(helper, call)
+    given = arguments_of(helper, call)
     off = {}
     for param in [*positional, *helper.params.kwonly_params]:
         value = given.get(param.name.value, param.default)
