@@ -21,6 +21,7 @@ examples/distill_student.py:38:9: GL013
 examples/distill_student.py:50:9: GL012
 examples/evaluate_and_probe.py:40:18: GL009
 examples/evaluate_and_probe.py:46:17: GL010
+examples/finetune_frozen_backbone.py:37:5: GL022
 examples/gan_amp_training.py:41:13: GL011
 examples/gan_amp_training.py:47:13: GL008
 examples/manual_updates.py:29:13: GL003

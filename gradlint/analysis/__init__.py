@@ -14,6 +14,7 @@ from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope,
 from gradlint.analysis.dtypes import TensorDtypes
 from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
+from gradlint.analysis.freezing import Freezing
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Leaves
 from gradlint.analysis.lineage import Lineages
@@ -160,6 +161,11 @@ class ModuleAnalysis:
     def evaluation(self) -> Evaluation:
         """Evaluation code: model calls in eval regions that run with autograd recording."""
         return Evaluation(self.collected, self.roles, self.events, self.values, self.callers)
+
+    @cached_property
+    def freezing(self) -> Freezing:
+        """Where parameters are frozen, which receivers are modules, and freezes that do not hold."""
+        return Freezing(self.collected, self.roles, self.origins)
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:
