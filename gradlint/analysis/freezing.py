@@ -39,6 +39,13 @@ STATELESS_BY_DEFAULT = frozenset({"SGD"})
 LAYER_NAME = re.compile(
     r"(layer|conv|bn|fc|stage|block|downsample)\d*|stem|neck|heads?|features|embeddings|blocks|layers|lstm|gru|rnn|mlp"
 )
+# Methods only an nn.Module has: an object they are called on is one.
+MODULE_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "children", "named_children", "modules", "named_modules",
+        "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook", "add_module",
+    }
+)  # fmt: skip
 MAX_DEPTH = 6
 
 
@@ -139,19 +146,44 @@ class Freezing:
         qualified = self.roles.imports.resolve(value.func) or ""
         if name[:1].isupper() or name in self.roles.classes or qualified.startswith("torch."):
             return False  # a class that is not a module, or a torch function that returns tensors
-        # A builder function (`build_backbone(cfg)`): the name it is stored under decides.
-        return MODEL_NAME.fullmatch(key.rsplit(".", 1)[-1]) is not None
+        # A builder function (`build_backbone(cfg)`): the name it is stored under, or its use, decides.
+        return MODEL_NAME.fullmatch(key.rsplit(".", 1)[-1]) is not None or self._used_as_module(key)
 
     def _named_module(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         # Bound nowhere in this module: a parameter, or an attribute of an object built elsewhere.
+        key = dotted_name(expression) or ""
         name = last_name(expression) or ""
-        if isinstance(expression, cst.Attribute) and LAYER_NAME.fullmatch(name):
+        if isinstance(expression, cst.Attribute) and (LAYER_NAME.fullmatch(name) or self._used_as_module(key)):
             return self.is_module(expression.value, at)
         if not MODEL_NAME.fullmatch(name) or len(name) < 3:
             return False
         if isinstance(expression, cst.Attribute):
             return self.is_module(expression.value, at) or dotted_name(expression.value) == "self"
         return True
+
+    def _used_as_module(self, key: str) -> bool:
+        """Whether the file uses `key` as only a module is used: `x.parameters()`, `x.conv.weight`."""
+        return key in self._module_method_receivers or key in self._layer_holders
+
+    @cached_property
+    def _module_method_receivers(self) -> frozenset[str]:
+        return frozenset(
+            key
+            for call in self.collected.calls
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_METHODS
+            for key in [dotted_name(call.func.value)]
+            if key is not None
+        )
+
+    @cached_property
+    def _layer_holders(self) -> frozenset[str]:
+        """`m.outc` when the file reads `m.outc.conv.weight`: an object whose attribute has a weight holds layers."""
+        holders: set[str] = set()
+        for statement in self.collected.statements:
+            for key in names_in(statement):
+                parts = key.split(".")
+                holders.update(".".join(parts[: i - 1]) for i in range(3, len(parts)) if parts[i] in ("weight", "bias"))
+        return frozenset(holders)
 
     def _built_module(self, call: cst.Call) -> bool:
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == "deepcopy":
