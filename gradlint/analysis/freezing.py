@@ -28,8 +28,9 @@ NAMED_MODULE_ITERATORS = frozenset({"named_children", "named_modules"})
 PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
 ITERABLE_WRAPPERS = frozenset({"list", "tuple", "reversed", "iter"})
 CONTAINERS_OF_MODULES = frozenset({"ModuleList", "Sequential"})
-# `freeze_backbone`, `_freeze_stages`, `frozen`; not `unfreeze`, `train_frozen_backbone` or `unfrozen`.
-FREEZE_NAME = re.compile(r"(?i)_*(freeze|frozen)(_|$)")
+# `freeze_backbone`, `_freeze_stages`, `frozen`; not `unfreeze`, `train_frozen_backbone` or `unfrozen`,
+# nor `freeze_bn`/`freeze_norm_stats`: freezing normalization statistics may keep the affine weights trainable.
+FREEZE_NAME = re.compile(r"(?i)_*(freeze|frozen)(_(?!.*(bn|norm|stat))|$)")
 # The names of a copy meant to lag behind or teach: EMA, teacher, target and momentum networks.
 COPY_NAME = re.compile(r"(?i)(^|_)(ema|teacher|target|momentum|shadow|avg|average|swa|mean)(_|\d|$)|ema$")
 # Optimizers whose update is zero for a zero gradient unless momentum or weight decay is set.
