@@ -47,6 +47,14 @@ MODULE_METHODS = frozenset(
         "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook", "add_module",
     }
 )  # fmt: skip
+# torch functions return tensors, except these loaders: `torch.hub.load(...)` stored as `backbone` is a model.
+MODEL_LOADERS = frozenset({"torch.hub.load", "torch.jit.load", "torch.jit.script", "torch.jit.trace"})
+# `encoder_out`, `model_outputs`, `policy_loss`: named after a model, holding what it computed.
+COMPUTED_SUFFIX = re.compile(
+    r"(?i).*_(out|outs|output|outputs|logits|feat|feats|features|loss|losses|pred|preds|state|states|hidden|emb|"
+    r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
+    r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
+)
 MAX_DEPTH = 6
 
 
@@ -145,10 +153,14 @@ class Freezing:
             return self._built_module(value) if isinstance(value, cst.Call) else self.is_module(value, at)
         name = last_name(value.func) or ""
         qualified = self.roles.imports.resolve(value.func) or ""
-        if name[:1].isupper() or name in self.roles.classes or qualified.startswith("torch."):
+        if (
+            name[:1].isupper()
+            or name in self.roles.classes
+            or (qualified.startswith("torch.") and qualified not in MODEL_LOADERS)
+        ):
             return False  # a class that is not a module, or a torch function that returns tensors
         # A builder function (`build_backbone(cfg)`): the name it is stored under, or its use, decides.
-        return MODEL_NAME.fullmatch(key.rsplit(".", 1)[-1]) is not None or self._used_as_module(key)
+        return _says_model(key.rsplit(".", 1)[-1]) or self._used_as_module(key)
 
     def _named_module(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         # Bound nowhere in this module: a parameter, or an attribute of an object built elsewhere.
@@ -156,7 +168,7 @@ class Freezing:
         name = last_name(expression) or ""
         if isinstance(expression, cst.Attribute) and (LAYER_NAME.fullmatch(name) or self._used_as_module(key)):
             return self.is_module(expression.value, at)
-        if not MODEL_NAME.fullmatch(name) or len(name) < 3:
+        if not _says_model(name):
             return False
         if isinstance(expression, cst.Attribute):
             return self.is_module(expression.value, at) or dotted_name(expression.value) == "self"
@@ -473,6 +485,11 @@ def _literal(value: cst.BaseExpression) -> bool | None:
     if isinstance(value, cst.Name) and value.value in ("True", "False"):
         return value.value == "True"
     return None
+
+
+def _says_model(name: str) -> bool:
+    """`model`, `backbone`, `text_encoder`: not `encoder_out` or `G`."""
+    return len(name) >= 3 and MODEL_NAME.fullmatch(name) is not None and not COMPUTED_SUFFIX.fullmatch(name)
 
 
 def _is_slice(subscript: cst.Subscript) -> bool:
