@@ -29,11 +29,14 @@ class FrozenButTrained(Rule):
       there is one object, so the trained model is frozen (or evaluated) too.
       `copy.deepcopy` makes the copy.
 
-    A receiver is a module when a constructor or annotation says so, when it is an item
-    of `.children()`, `.modules()` or an `nn.ModuleList`, when plain assignments bind it
-    to one, or when nothing in the file binds it and its name says model (`model`,
-    `backbone`, `text_encoder`). A tensor's or parameter's `requires_grad = False` is
-    correct and not reported, nor is an object of a class that is not a module.
+    A receiver is a module when a constructor or annotation says so (also of a class
+    another module of the project defines), when it is an item of `.children()`,
+    `.modules()` or an `nn.ModuleList`, when plain assignments bind it to one, when the
+    file uses it as only a module is used (`x.parameters()`, `x.conv.weight`), or when a
+    builder's result or a name nothing in the file binds is named like a model (`model`,
+    `backbone`, `text_encoder`, a known model's `layer1` or `fc`; not `encoder_out`). A
+    tensor's or parameter's `requires_grad = False` (`model.cls_token`) is correct and not
+    reported, nor is an object of a class that is not a module.
     Freezing before the optimizer is built, and the default `zero_grad()` (which sets
     gradients to None since PyTorch 2.0), are fine; so is plain SGD without momentum or
     weight decay, where a zero gradient moves nothing. Blocks named `unfreeze` that set
