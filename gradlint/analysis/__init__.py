@@ -165,7 +165,7 @@ class ModuleAnalysis:
     @cached_property
     def freezing(self) -> Freezing:
         """Where parameters are frozen, which receivers are modules, and freezes that do not hold."""
-        return Freezing(self.collected, self.roles, self.origins)
+        return Freezing(self.collected, self.roles, self.origins, self.events)
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:

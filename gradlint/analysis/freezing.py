@@ -21,6 +21,7 @@ from gradlint.analysis.collect import Collected
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE, Binding, Definition, Origins
 from gradlint.analysis.roles import MODEL_NAME, Role, Roles
+from gradlint.analysis.steps import EventIndex, in_caller_terms
 from gradlint.analysis.values import names_in
 
 MODULE_ITERATORS = frozenset({"children", "modules"})
@@ -65,6 +66,7 @@ class LateFreeze:
     statement: cst.CSTNode
     optimizer: cst.CSTNode
     clear: cst.CSTNode
+    inner: cst.CSTNode | None = None  # the freeze inside the helper that `statement` calls
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,11 @@ class AliasFreeze:
 class Freezing:
     """Answers which statements set `requires_grad` wrongly or too late."""
 
-    def __init__(self, collected: Collected, roles: Roles, origins: Origins) -> None:
+    def __init__(self, collected: Collected, roles: Roles, origins: Origins, events: EventIndex) -> None:
         self.collected = collected
         self.roles = roles
         self.origins = origins
+        self.events = events
         self._depth = 0
 
     # --- which objects are modules -------------------------------------------------
@@ -351,21 +354,56 @@ class Freezing:
     # --- (c) frozen after the optimizer was built, gradients zeroed ------------------
 
     def late_freezes(self) -> Iterator[LateFreeze]:
-        """Freezes of parameters an earlier optimizer holds, where a clear zeroes gradients instead of dropping them."""
+        """Freezes of parameters an earlier optimizer holds, where a clear zeroes gradients instead of dropping them.
+
+        A freeze in a helper of this module counts at each call: `freeze_encoder(model)`
+        after `Adam(model.parameters())` freezes parameters the optimizer holds.
+        """
         optimizers = self._moving_optimizers()
         if not optimizers:
             return
+        found: set[cst.CSTNode] = set()
         for statement, owner in self.freezes():
-            frozen = dotted_name(owner)
-            if frozen is None:
+            late = self._late(statement, owner, optimizers)
+            if late is not None:
+                found.add(statement)
+                yield late
+        for statement, owner, inner in self._helper_freezes():
+            late = self._late(statement, owner, optimizers) if inner not in found else None
+            if late is not None:
+                yield LateFreeze(late.statement, late.optimizer, late.clear, inner)
+
+    def _late(
+        self, statement: cst.CSTNode, owner: cst.BaseExpression, optimizers: list[tuple[cst.Assign, set[str]]]
+    ) -> LateFreeze | None:
+        frozen = dotted_name(owner)
+        if frozen is None:
+            return None
+        for construction, held in optimizers:
+            if not self._after(statement, construction) or not any(_within(frozen, key) for key in held):
                 continue
-            for construction, held in optimizers:
-                if not self._after(statement, construction) or not any(_within(frozen, key) for key in held):
-                    continue
-                clear = self._zeroing_clear(construction, held)
-                if clear is not None:
-                    yield LateFreeze(statement, construction, clear)
-                    break
+            clear = self._zeroing_clear(construction, held)
+            if clear is not None:
+                return LateFreeze(statement, construction, clear)
+        return None
+
+    def _helper_freezes(self) -> Iterator[tuple[cst.CSTNode, cst.BaseExpression, cst.CSTNode]]:
+        """Calls of this module's functions that freeze: (the call's statement, what it freezes there, the freeze)."""
+        inside: dict[cst.FunctionDef, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
+        for statement, owner in self.freezes():
+            context = self.collected.contexts.get(statement)
+            if context is not None and context.function is not None:
+                inside.setdefault(context.function, []).append((statement, owner))
+        if not inside:
+            return
+        for call in self.collected.calls:
+            helper = self.events.resolve_instance_method(call) or self.events.resolve_helper(call)
+            if helper is None or helper not in inside:
+                continue
+            for inner, owner in inside[helper]:
+                rebound = in_caller_terms(owner, helper, call)
+                if rebound is not None:
+                    yield self.collected.statement_of.get(call, call), rebound, inner
 
     def _zeroing_clear(self, construction: cst.Assign, held: set[str]) -> cst.CSTNode | None:
         """The first clear of this optimizer's gradients that zeroes them instead of setting them to None.

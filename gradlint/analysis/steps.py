@@ -525,6 +525,11 @@ def _rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cs
     return given
 
 
+def in_caller_terms(value: cst.BaseExpression, helper: cst.FunctionDef, call: cst.Call) -> cst.BaseExpression | None:
+    """What a helper's `value` (`model.encoder`, `self.backbone`) names at `call`, its parameters bound."""
+    return _rebound(value, helper, call)
+
+
 def _arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
     """The helper's parameters mapped to what `call` passes them (by position, then keyword)."""
     positional = list(helper.params.posonly_params) + list(helper.params.params)

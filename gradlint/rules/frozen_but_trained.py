@@ -91,6 +91,8 @@ class FrozenButTrained(Rule):
                 (late.optimizer, "the optimizer is built over these parameters here"),
                 (late.clear, "gradients are zeroed here, not set to None"),
             ]
+            if late.inner is not None:
+                related.insert(0, (late.inner, "the called function freezes them here"))
             message = (
                 "parameters are frozen after the optimizer was built over them and their gradients are zeroed, "
                 "not set to None; weight decay and momentum keep moving them"
