@@ -46,9 +46,12 @@ class FrozenButTrained(Rule):
     Known problems
     The late freeze is seen when the optimizer is built earlier in the same function, or
     in `__init__` of the class whose method freezes, and the zeroing clear is in the same
-    file; a freeze done in a helper called with the model, or a clear in another module,
-    is not followed. The EMA alias is seen only when the alias and the freeze are in the
-    same function. An attribute bound only in another module is judged by its name.
+    file; a freeze in a function of the same file is followed to its calls (one level),
+    but a freeze or a clear in another module is not. With PyTorch before 2.0 the default
+    `zero_grad()` zeroed too; that is not reported. The EMA alias is seen only when the
+    alias and the freeze are in the same function. An attribute bound only in another
+    module is judged by its name and its use. A freeze block is known by its name only,
+    never by a comment.
 
     Fix safety
     `module.requires_grad = flag` becomes `module.requires_grad_(flag)`. Unsafe: it does
