@@ -56,6 +56,8 @@ COMPUTED_SUFFIX = re.compile(
     r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
     r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
 )
+# What helpers call the module they are given: `def freeze(module): ...`.
+MODULE_WORD = re.compile(r"(sub)?module|child|(sub)?net")
 MAX_DEPTH = 6
 
 
@@ -171,6 +173,8 @@ class Freezing:
         name = last_name(expression) or ""
         if isinstance(expression, cst.Attribute) and (LAYER_NAME.fullmatch(name) or self._used_as_module(key)):
             return self.is_module(expression.value, at)
+        if isinstance(expression, cst.Name) and MODULE_WORD.fullmatch(name):
+            return True  # def freeze(module): ...
         if not _says_model(name):
             return False
         if isinstance(expression, cst.Attribute):
