@@ -34,7 +34,7 @@ class FrozenButTrained(Rule):
     `.modules()` or an `nn.ModuleList`, when plain assignments bind it to one, when the
     file uses it as only a module is used (`x.parameters()`, `x.conv.weight`), or when a
     builder's result or a name nothing in the file binds is named like a model (`model`,
-    `backbone`, `text_encoder`, a known model's `layer1` or `fc`; not `encoder_out`). A
+    `module`, `backbone`, `text_encoder`, a known model's `layer1` or `fc`; not `encoder_out`). A
     tensor's or parameter's `requires_grad = False` (`model.cls_token`) is correct and not
     reported, nor is an object of a class that is not a module.
     Freezing before the optimizer is built, and the default `zero_grad()` (which sets
