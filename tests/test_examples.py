@@ -23,6 +23,7 @@ examples/distill_student.py:50:9: GL012
 examples/dqn_cartpole.py:35:19: GL017
 examples/evaluate_and_probe.py:40:18: GL009
 examples/evaluate_and_probe.py:46:17: GL010
+examples/finetune_frozen_backbone.py:37:5: GL022
 examples/gan_amp_training.py:41:13: GL011
 examples/gan_amp_training.py:47:13: GL008
 examples/invert_generator.py:16:12: GL020

@@ -16,6 +16,7 @@ from gradlint.analysis.copies import LeafCopies
 from gradlint.analysis.dtypes import TensorDtypes
 from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
+from gradlint.analysis.freezing import Freezing
 from gradlint.analysis.graphs import Graphs
 from gradlint.analysis.leaves import Held, Leaves
 from gradlint.analysis.lineage import Lineages
@@ -230,6 +231,11 @@ class ModuleAnalysis:
         return ModeSwitches(
             self.collected, self.events, self.backpropagated_names, self.rebinds, self.updates.updated_models
         )
+
+    @cached_property
+    def freezing(self) -> Freezing:
+        """Where parameters are frozen, which receivers are modules, and freezes that do not hold."""
+        return Freezing(self.collected, self.roles, self.origins, self.events)
 
     @cached_property
     def training_steps(self) -> list[TrainingStep]:
