@@ -464,7 +464,7 @@ class EventIndex:
             )
         ]
 
-    def exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool]) -> list[int]:
+    def exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool | Given]) -> list[int]:
         """Where `helper` returns early for a switched-off parameter (`if opt is None: return`)."""
         if not off or not isinstance(helper.body, cst.IndentedBlock):
             return []
@@ -480,7 +480,7 @@ class EventIndex:
         return exits
 
     def needs_any(
-        self, node: cst.CSTNode, ifs: tuple[cst.CSTNode, ...], off: Mapping[str, bool], exits: list[int]
+        self, node: cst.CSTNode, ifs: tuple[cst.CSTNode, ...], off: Mapping[str, bool | Given], exits: list[int]
     ) -> bool:
         """Whether `node`, inside `ifs`, runs only when one of the switched-`off` parameters is given."""
         if any(self.collected.order[node] > exit_order for exit_order in exits):
@@ -642,29 +642,70 @@ def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript
     return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
 
 
-def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool]:
-    """Parameters of `helper` that are None or False at `call`: name -> whether the value is None.
+def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool | Given]:
+    """Parameters of `helper` that are None or False at `call` (name -> whether the value is None), or a
+    string or number literal (`Given`).
 
     A parameter is switched off when `call` omits it and its default is `None` or `False`,
-    or passes the literal `None` or `False` for it.
+    or passes the literal `None` or `False` for it; a literal given or defaulted the same way
+    decides tests such as `if mode == "train":`.
     """
     if any(arg.star for arg in call.args):
         return {}  # *args or **kwargs: anything may be passed
     positional = _positional_params(helper, call)
     given = arguments_of(helper, call)
-    off = {}
+    off: dict[str, bool | Given] = {}
     for param in [*positional, *helper.params.kwonly_params]:
         value = given.get(param.name.value, param.default)
         if isinstance(value, cst.Name) and value.value in ("None", "False"):
             off[param.name.value] = value.value == "None"
+        elif isinstance(value, (cst.SimpleString, cst.Integer)):
+            literal = _literal(value)
+            if literal is not None:
+                off[param.name.value] = Given(literal)
     return off
 
 
-def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | None:
+@dataclass(frozen=True)
+class Given:
+    """A string or integer literal a call passes for a parameter (`run_epoch(loader, "val")`)."""
+
+    value: str | int
+
+
+def _literal(node: cst.BaseExpression) -> str | int | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    return None
+
+
+def _decide_literal(test: cst.Comparison, given: Given) -> bool | None:
+    """Whether `p == "x"`, `p != "x"`, `p in ("x", "y")` or `p not in (...)` holds for the literal `given`."""
+    if len(test.comparisons) != 1:
+        return None
+    operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(comparator, (cst.Tuple, cst.List, cst.Set)):
+        options = [_literal(element.value) for element in comparator.elements]
+    else:
+        options = [_literal(comparator)]
+    if None in options:
+        return None
+    if isinstance(operator, (cst.Equal, cst.In)):
+        return given.value in options
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return given.value not in options
+    return None
+
+
+def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool | Given]) -> bool | None:
     """Whether the body of `if test` runs when the parameters `off` are switched off (None: not decided).
 
-    `if p` and `if not p` are decided for None and False; `if p is None` and `if p is not None`
-    only for None (False is not None). `a and b` does not run when either side does not;
+    `if p` and `if not p` are decided for None and False (and for a literal, by its truth);
+    `if p is None` and `if p is not None` only for None (False is not None); `p == "x"`,
+    `p != "x"`, `p in (...)` for a literal. `a and b` does not run when either side does not;
     `a or b` runs when either side does.
     """
     if isinstance(test, cst.BooleanOperation):
@@ -674,18 +715,23 @@ def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool]) -> bool | N
             return decisive
         return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
     if isinstance(test, cst.Name) and test.value in off:
-        return False
+        known = off[test.value]
+        return bool(known.value) if isinstance(known, Given) else False
     if (
         isinstance(test, cst.UnaryOperation)
         and isinstance(test.operator, cst.Not)
         and isinstance(test.expression, cst.Name)
         and test.expression.value in off
     ):
-        return True
+        known = off[test.expression.value]
+        return not known.value if isinstance(known, Given) else True
+    if not isinstance(test, cst.Comparison) or not isinstance(test.left, cst.Name):
+        return None
+    compared = off.get(test.left.value)
+    if isinstance(compared, Given):
+        return _decide_literal(test, compared)
     if (
-        isinstance(test, cst.Comparison)
-        and isinstance(test.left, cst.Name)
-        and off.get(test.left.value, False)
+        compared is True
         and len(test.comparisons) == 1
         and isinstance(test.comparisons[0].comparator, cst.Name)
         and test.comparisons[0].comparator.value == "None"
