@@ -764,3 +764,30 @@ def test_a_summary_records_updates_from_gradients_and_reads_of_grad_by_port() ->
     assert effects["tidy"] == [("clear", None, False)]  # a clear, guarded by a test of `.grad`: no read
     assert effects["decay"] == [("update", "weight", True)]
     assert from_data(to_data(summary)) == summary
+
+
+def test_a_partial_with_spread_arguments_is_read_in_python_s_order(tmp_path: Path) -> None:
+    # `partial(f, **options)` called as `f(*batch)`: the view keeps keyword spreads after the positional ones.
+    write(
+        tmp_path,
+        {
+            "train.py": """\
+                import functools
+
+                import torch
+
+                def train_step(model, optimizer, batch, clip=None):
+                    model(batch).sum().backward()
+                    optimizer.step()
+
+                def fit(model, loader, options):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    step = functools.partial(train_step, **options)
+                    other = functools.partial(train_step, model, clip=1.0, **options)
+                    for batch in loader:
+                        step(*batch, optimizer=optimizer)
+                        other(optimizer, *batch)
+            """,
+        },
+    )
+    assert {code for _, _, code in codes(tmp_path)} <= {"GL002"}

@@ -632,10 +632,13 @@ def _applied(partial: cst.Call, call: cst.Call) -> cst.Call:
         return call
     given = partial.args[1:]
     named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
-    positional = [arg for arg in (*given, *call.args) if arg.keyword is None]
-    keywords = [arg for arg in given if arg.keyword is not None and arg.keyword.value not in named]
-    keywords += [arg for arg in call.args if arg.keyword is not None]
-    return cst.Call(func=partial.args[0].value, args=[*positional, *keywords])
+    positional = [arg for arg in (*given, *call.args) if arg.keyword is None and arg.star != "**"]
+    keywords = [arg for arg in (*given, *call.args) if arg.keyword is not None or arg.star == "**"]
+    keywords = [arg for arg in keywords if arg in call.args or arg.keyword is None or arg.keyword.value not in named]
+    try:
+        return cst.Call(func=partial.args[0].value, args=[*positional, *keywords])
+    except cst.CSTValidationError:
+        return call  # Ex) a keyword before a spread in the partial: Python's own order rules
 
 
 def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
