@@ -215,7 +215,8 @@ class Targets:
         # Ex) target = rewards + self.gamma * target_net(next_states).max(1)[0] * (1 - dones)
         terms = _terms(node)
         discounted = [term for term in terms if any(self._is_discount(factor) for factor in _factors(term))]
-        rewards = [term for term in terms if term not in discounted]
+        # A number beside it is an offset (`0.99 * mask + 0.005`, a smoothing), not a reward.
+        rewards = [term for term in terms if term not in discounted and not _is_number(term)]
         if not discounted or not rewards:
             return
         if any(self.lineage.of(term, at, bindings).known_live for term in rewards):
@@ -303,7 +304,8 @@ class Targets:
     def _is_advantage(self, factor: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
         core = _core(factor)
         if isinstance(core, cst.BinaryOperation):
-            return isinstance(core.operator, cst.Subtract)
+            # returns - values; not 1 - p, a complement (the binary entropy's `(1 - p) * (1 - p).log()`)
+            return isinstance(core.operator, cst.Subtract) and not _is_number(core.left) and not _is_number(core.right)
         return self._named_or_defined(core, at, ADVANTAGE_NAME, self._is_advantage, depth)
 
     def _named_or_defined(
@@ -327,6 +329,13 @@ class Targets:
             return 0.9 <= float(factor.value) < 1.0
         name = last_name(factor) if isinstance(factor, (cst.Name, cst.Attribute)) else None
         return name is not None and DISCOUNT_NAME.fullmatch(name) is not None
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    """A numeric literal, signed or not: `0.005`, `-1`, `1.0`."""
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
 
 
 def _factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
