@@ -235,8 +235,8 @@ class MissingZeroGrad(Rule):
         after = next((e for e in step.events[index + 1 :] if e.kind in (Kind.BACKWARD, Kind.STEP)), None)
         if before is None or after is None or before.kind is not Kind.BACKWARD or after.kind is not Kind.STEP:
             return False
-        if not set(clear.ifs) <= set(after.ifs):
-            return False  # a conditional clear that skips the step (`if not finite: zero_grad(); continue`)
+        if not set(clear.ifs) <= set(after.ifs) or self.analysis.branches.exclusive(clear, after):
+            return False  # a clear that skips the step (`if not finite: zero_grad(); continue`, or `... else: step()`)
         single_optimizer = len({event.target for event in step.of_kind(Kind.STEP)}) == 1
         return clear.target == after.target or (not self._clears_one_optimizer(clear) and single_optimizer)
 
