@@ -377,13 +377,15 @@ class EventIndex:
         return None
 
     def _classify_grad_assignment(self, node: cst.Assign) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
-        # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)
+        # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)  /  p.grad = Variable(g.new().resize_as_(g).zero_())
         for target in node.targets:
             if last_name(target.target) == "grad" and isinstance(target.target, cst.Attribute):
                 value = node.value
+                if isinstance(value, cst.Call) and last_name(value.func) == "Variable" and value.args:
+                    value = value.args[0].value  # the pre-0.4 wrapper
                 if (isinstance(value, cst.Name) and value.value == "None") or last_name(
                     value.func if isinstance(value, cst.Call) else value
-                ) in ("zeros_like", "zeros"):
+                ) in ("zeros_like", "zeros", "zero_"):
                     return Kind.CLEAR, None, False, False
         return None
 
