@@ -168,7 +168,7 @@ class ModuleAnalysis:
             context = self.context(call)
             if self.events.worth_following(context):
                 bound = self.program.bound_effects(call, context, self.events, self.events.call_view(call))
-                if bound is not None:
+                if bound is not None and bound[0].module != self.program.module:  # this module's: judged in place
                     found.append((call, *bound))
         return found
 
