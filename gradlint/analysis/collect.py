@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cache, cached_property
+from typing import cast
 
 import libcst as cst
 
@@ -162,6 +163,7 @@ class Collected:
     def_scopes: dict[cst.FunctionDef, Scope] = field(default_factory=dict)
     owners: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     statement_of: dict[cst.Call, cst.CSTNode] = field(default_factory=dict)
+    grad_statements: set[cst.CSTNode] = field(default_factory=set)  # the statements that name some `.grad`
     disabling: frozenset[str] = frozenset()  # the module's own grad-disabling wrappers
     _bodies: dict[cst.If, frozenset[cst.CSTNode]] = field(default_factory=dict, repr=False)
 
@@ -278,6 +280,8 @@ class Collector(cst.CSTVisitor):
             self.statements.append(node)
         elif traits.call and self.statements and isinstance(node, cst.Call):
             self.result.statement_of[node] = self.statements[-1]
+        elif traits.name == "Attribute" and self.statements and cast(cst.Attribute, node).attr.value == "grad":
+            self.result.grad_statements.add(self.statements[-1])
         if traits.trivia and self.skip_trivia:
             return False
         hook = _hook(type(self), type(node), "visit_", "")

@@ -89,8 +89,10 @@ class GradReads:
     def reads(self) -> list[GradRead]:
         """Every use of a `.grad` value in the module, in source order."""
         found: list[GradRead] = []
-        for statement in self.analysis.collected.statements:
-            found.extend(_reads_in(statement, self.analysis))
+        collected = self.analysis.collected
+        for statement in collected.statements:
+            if statement in collected.grad_statements:  # only these can use a `.grad` value
+                found.extend(_reads_in(statement, self.analysis))
         return found
 
     @cached_property
