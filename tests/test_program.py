@@ -419,14 +419,10 @@ def test_a_cached_result_is_invalidated_when_only_an_imported_module_changes(tmp
     assert run() == set()  # train.py itself did not change: its entry named engine.py's content
 
 
-def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def count_lints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files linted from now on (cache misses), in order."""
     import gradlint.engine
 
-    write(tmp_path, {"engine.py": ENGINE, "train.py": LOOP, "other.py": "import torch\n\ndef f(x):\n    return x\n"})
-    cache = tmp_path / ".gradlint_cache"
-    list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
     linted: list[str] = []
     real = gradlint.engine._lint_bytes
 
@@ -435,6 +431,16 @@ def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
         return real(path, data, config, program)
 
     monkeypatch.setattr(gradlint.engine, "_lint_bytes", counting)
+    return linted
+
+
+def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, {"engine.py": ENGINE, "train.py": LOOP, "other.py": "import torch\n\ndef f(x):\n    return x\n"})
+    cache = tmp_path / ".gradlint_cache"
+    list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
+    linted = count_lints(monkeypatch)
     (tmp_path / "other.py").write_text("import torch\n\ndef f(x):\n    return x + 1\n")
     list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
     assert "train.py" not in linted and "engine.py" not in linted
@@ -443,20 +449,11 @@ def test_a_warm_run_reuses_a_result_whose_imports_did_not_change(
 def test_a_warm_run_rejudges_only_the_files_whose_used_summaries_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gradlint.engine
-
     scripts = {f"train_{n}.py": LOOP for n in range(3)}
     write(tmp_path, {"engine.py": ENGINE, **scripts})
     cache = tmp_path / ".gradlint_cache"
     list(lint_paths([tmp_path], Config(), jobs=1, cache=cache))
-    linted: list[str] = []
-    real = gradlint.engine._lint_bytes
-
-    def counting(path, data, config, program):  # type: ignore[no-untyped-def]
-        linted.append(path.name)
-        return real(path, data, config, program)
-
-    monkeypatch.setattr(gradlint.engine, "_lint_bytes", counting)
+    linted = count_lints(monkeypatch)
     engine = tmp_path / "engine.py"
     # An edit inside the helper's body that leaves what it does to gradients as it was.
     engine.write_text("# Shared training code.\n" + engine.read_text().replace("loss.item()", "float(loss.item())"))

@@ -399,6 +399,8 @@ def test_accumulation_is_judged_by_the_factors_of_the_summed_losses(traced: dict
     assert "no loss divided" in unscaled["evidence"] and "different factors" in counted["evidence"]
     [averaged] = traced["gl018_clean.py"].at(31, "GL018")
     assert averaged["status"] == "not-reproduced"
+
+
 def test_eval_mode_left_behind_is_confirmed_at_the_evaluation_call(traced: dict[str, Traced]) -> None:
     [left] = [f for f in traced["gl016_bug.py"].findings if f["code"] == "GL016"]
     assert left["status"] == "confirmed" and "still in eval mode since line 10" in str(left["evidence"])
