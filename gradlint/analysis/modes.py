@@ -29,7 +29,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
 from gradlint.analysis.names import dotted_name
-from gradlint.analysis.steps import EventIndex, Kind, arguments_of, rebound, switched_off_at
+from gradlint.analysis.steps import EventIndex, Kind, rebound, switched_off_at
 from gradlint.analysis.summaries import EVAL, TRAIN
 
 if TYPE_CHECKING:
@@ -159,24 +159,11 @@ class ModeSwitches:
         marks = []
         for mark in self.timeline(helper, depth + 1):
             inner = self.events.context(mark.node)
-            if inner.scope is helper and (
-                (off and self.events.needs_any(mark.node, inner.ifs, off, exits))
-                or self._excluded(mark.node, _literals(helper, call))
-            ):
-                continue  # Ex) evaluate(model, train=False) never runs the helper's `model.train()`
+            if inner.scope is helper and off and self.events.needs_any(mark.node, inner.ifs, off, exits):
+                continue  # Ex) evaluate(model, train=False), or run_epoch("val"), never runs `model.train()`
             models = tuple(rebound(model, helper, call) or model for model in mark.models)
             marks.append(replace(mark, models=models, site=call, loops=context.loops + mark.loops))
         return marks
-
-    def _excluded(self, node: cst.CSTNode, literals: dict[str, str]) -> bool:
-        """Whether `node` sits in a branch that a string argument rules out: `if mode == "train":` for "val"."""
-        for branch in self.events.context(node).ifs if literals else ():
-            if not isinstance(branch, cst.If):
-                continue
-            runs = _runs_for(branch.test, literals)
-            if runs is not None and self.collected.in_body(branch, node) != runs:
-                return True
-        return False
 
     def _trainings(self, scope: Scope) -> list[Mark]:
         """A TRAINING mark for each backward written in `scope`, with the models whose forward reaches it."""
@@ -372,28 +359,6 @@ def switch_mode(call: cst.Call) -> Mode | None:
         return None if call.args else Mode.EVAL  # eval(...) with arguments is no nn.Module.eval()
     first = call.args[0].value if call.args else None
     return Mode.EVAL if isinstance(first, cst.Name) and first.value == "False" else Mode.TRAIN
-
-
-def _literals(helper: cst.FunctionDef, call: cst.Call) -> dict[str, str]:
-    """The helper's parameters that `call` gives a string literal: `_run_epoch("val", epoch)`."""
-    if any(arg.star for arg in call.args):
-        return {}
-    given = arguments_of(helper, call).items()
-    return {name: value.value[1:-1] for name, value in given if isinstance(value, cst.SimpleString)}
-
-
-def _runs_for(test: cst.BaseExpression, literals: dict[str, str]) -> bool | None:
-    """Whether `if p == "x"` (or `!=`) runs its body for the literal given to `p` (None: not decided)."""
-    if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1):
-        return None
-    given = literals.get(test.left.value)
-    comparison = test.comparisons[0]
-    if given is None or not isinstance(comparison.comparator, cst.SimpleString):
-        return None
-    equal = comparison.comparator.value[1:-1] == given
-    if isinstance(comparison.operator, cst.Equal):
-        return equal
-    return not equal if isinstance(comparison.operator, cst.NotEqual) else None
 
 
 def _restores(train: Mark, switch: Mark) -> bool:
