@@ -21,6 +21,7 @@ from gradlint.analysis.collect import Collected, Loop, Scope
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.steps import Event, EventIndex, Kind
+from gradlint.analysis.tree import descendants
 
 MAX_DEPTH = 4
 # Words in a loop's bound or variable that say it walks the micro-batches of one step.
@@ -414,14 +415,7 @@ def _sets_accepts_loss_kwargs(statement: cst.BaseSmallStatement) -> bool:
 
 def _identifiers(node: cst.CSTNode) -> set[str]:
     """Every name and attribute name read under `node`."""
-    found: set[str] = set()
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, cst.Name):
-            found.add(current.value)
-        pending.extend(current.children)
-    return found
+    return {inner.value for inner in descendants(node) if isinstance(inner, cst.Name)}
 
 
 def _combine(results: list[Scaling]) -> Scaling:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis.steps import Event
+from gradlint.analysis.tree import descendants
 
 EXITS = (cst.Return, cst.Raise)
 LOOP_EXITS = (cst.Continue, cst.Break)
@@ -23,7 +24,7 @@ class Branches:
 
     def _in(self, branch: cst.CSTNode, node: cst.CSTNode) -> bool:
         if branch not in self._nodes:
-            self._nodes[branch] = frozenset(id(child) for child in _walk(branch))
+            self._nodes[branch] = frozenset(id(child) for child in descendants(branch))
         return id(node) in self._nodes[branch]
 
     def branch_of(self, statement: cst.If, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -92,12 +93,3 @@ def negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
     operators = {type(first.comparisons[0].operator), type(second.comparisons[0].operator)}
     same_side = first.comparisons[0].comparator.deep_equals(second.comparisons[0].comparator)
     return same_side and operators in ({cst.Is, cst.IsNot}, {cst.Equal, cst.NotEqual})
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found = [node]
-    index = 0
-    while index < len(found):
-        found.extend(found[index].children)
-        index += 1
-    return found

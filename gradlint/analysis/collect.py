@@ -11,6 +11,7 @@ from typing import cast
 import libcst as cst
 
 from gradlint.analysis.names import ImportMap, last_name
+from gradlint.analysis.tree import TRIVIA_NAMES, child_fields, descendants, field_children, is_trivia
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -106,8 +107,8 @@ def _yields_without_grad(function: cst.FunctionDef) -> bool:
     if not any(last_name(decorator.decorator) == "contextmanager" for decorator in function.decorators):
         return False
     return any(
-        any(isinstance(node, cst.Yield) for node in _nodes(block.body))
-        for block in _nodes(function.body)
+        any(isinstance(node, cst.Yield) for node in descendants(block.body))
+        for block in descendants(function.body)
         if isinstance(block, cst.With) and any(grad_mode_of(item.item) is GradMode.DISABLED for item in block.items)
     )
 
@@ -123,23 +124,14 @@ def _wraps_without_grad(function: cst.FunctionDef) -> bool:
             continue
         if any(grad_mode_of(decorator.decorator) is GradMode.DISABLED for decorator in inner.decorators):
             return True
-        for block in _nodes(inner.body):
+        for block in descendants(inner.body):
             if (
                 isinstance(block, cst.With)
                 and any(grad_mode_of(item.item) is GradMode.DISABLED for item in block.items)
-                and any(isinstance(n, cst.Call) and last_name(n.func) == wrapped for n in _nodes(block.body))
+                and any(isinstance(n, cst.Call) and last_name(n.func) == wrapped for n in descendants(block.body))
             ):
                 return True
     return False
-
-
-def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        pending.extend(current.children)
-    return found
 
 
 def _is_false(node: cst.BaseExpression) -> bool:
@@ -218,13 +210,7 @@ class Collected:
     def in_body(self, branch: cst.If, node: cst.CSTNode) -> bool:
         """Whether `node`, inside `branch`, is in its body rather than its `else`/`elif`."""
         if branch not in self._bodies:
-            found: set[cst.CSTNode] = set()
-            pending: list[cst.CSTNode] = [branch.body]
-            while pending:
-                current = pending.pop()
-                found.add(current)
-                pending.extend(current.children)
-            self._bodies[branch] = frozenset(found)
+            self._bodies[branch] = frozenset(descendants(branch.body))
         return node in self._bodies[branch]
 
     def exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
@@ -249,168 +235,111 @@ class Collected:
         return grouped
 
 
-class Collector(cst.CSTVisitor):
-    """Walks a module once, recording each call's and statement's Context."""
+class Collector:
+    """Walks a module once, read-only (see `tree`), recording each call's and statement's Context."""
 
     def __init__(self, module: cst.Module, wanted_types: frozenset[str]) -> None:
         self.result = Collected(module)
         self.wanted_types = wanted_types
         # Half the nodes of a module are whitespace, mostly inside operators and brackets:
-        # the traversal skips what is inside those unless a rule asked for such nodes.
+        # the traversal skips them unless a rule asked for such nodes.
         self.skip_trivia = not wanted_types & TRIVIA_NAMES
         self.context = Context(scope=module)
-        self.stack: list[Context] = []
         self.statements: list[cst.CSTNode] = []
         self.counter = 0
 
-    # The four hooks below do what CSTVisitor's do, with the per-type work (isinstance
-    # against LibCST's abstract bases, hook lookups by formatted name) done once per type:
-    # this traversal runs on every node of every linted file.
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def walk(self, node: cst.CSTNode) -> None:
+        """Record `node` and everything below it, in LibCST's visiting order."""
         traits = _traits(type(node))
+        result = self.result
         if traits.name in self.wanted_types:
-            self.result.by_type.setdefault(traits.name, []).append(node)
+            result.by_type.setdefault(traits.name, []).append(node)
+        if traits.trivia:
+            if not self.skip_trivia:
+                for name in traits.fields:
+                    for child in field_children(node, name):
+                        self.walk(child)
+            return
         if traits.has_context:
-            self.result.contexts[node] = self.context
+            result.contexts[node] = self.context
         if traits.ordered_on_visit:
             self.counter += 1
-            self.result.order[node] = self.counter
+            result.order[node] = self.counter
         if traits.statement:
             self.statements.append(node)
-        elif traits.call and self.statements and isinstance(node, cst.Call):
-            self.result.statement_of[node] = self.statements[-1]
+        elif traits.call and self.statements:
+            result.statement_of[cast(cst.Call, node)] = self.statements[-1]
         elif traits.name == "Attribute" and self.statements and cast(cst.Attribute, node).attr.value == "grad":
-            self.result.grad_statements.add(self.statements[-1])
-        if traits.trivia and self.skip_trivia:
-            return False
-        hook = _hook(type(self), type(node), "visit_", "")
-        return hook is None or hook(self, node) is not False
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        traits = _traits(type(original_node))
+            result.grad_statements.add(self.statements[-1])
+        outer = self.context
+        if traits.enter is not None:
+            traits.enter(self, node)
+        inside = self.context
+        for name in traits.fields:
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                if name in traits.scoped_fields:
+                    self.context = _field_context(self, node)
+                self.walk(value)
+                self.context = inside
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self.walk(item)
+        self.context = outer
         if traits.statement:
             self.statements.pop()
         if traits.ordered_on_leave:
             self.counter += 1
-            self.result.order[original_node] = self.counter
-        hook = _hook(type(self), type(original_node), "leave_", "")
-        if hook is not None:
-            hook(self, original_node)
+            result.order[node] = self.counter
+        if traits.call:
+            # Recorded on leave, so calls are in evaluation order: arguments first.
+            result.calls.append(cast(cst.Call, node))
 
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        hook = _hook(type(self), type(node), "visit_", attribute)
-        if hook is not None:
-            hook(self, node)
+    def enter_import(self, node: cst.CSTNode) -> None:
+        self.result.imports.add(cast(cst.Import | cst.ImportFrom, node))
 
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        hook = _hook(type(self), type(original_node), "leave_", attribute)
-        if hook is not None:
-            hook(self, original_node)
+    def enter_line(self, node: cst.CSTNode) -> None:
+        self.result.statements.extend(cast(cst.SimpleStatementLine, node).body)
 
-    def _push(self, context: Context) -> None:
-        self.stack.append(self.context)
-        self.context = context
+    def enter_class(self, node: cst.CSTNode) -> None:
+        self.result.classes.append(cast(cst.ClassDef, node))
+        self.context = replace(self.context, class_def=cast(cst.ClassDef, node), class_body=True)
 
-    def _pop(self) -> None:
-        self.context = self.stack.pop()
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.result.imports.add(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.result.imports.add(node)
-
-    def leave_Call(self, original_node: cst.Call) -> None:
-        # Recorded on leave, so calls are in evaluation order: arguments first.
-        self.result.calls.append(original_node)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self.result.statements.extend(node.body)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.result.classes.append(node)
-        self._push(replace(self.context, class_def=node, class_body=True))
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.result.functions.append(node)
-        self.result.def_scopes[node] = self.context.scope
+    def enter_function(self, node: cst.CSTNode) -> None:
+        function = cast(cst.FunctionDef, node)
+        self.result.functions.append(function)
+        self.result.def_scopes[function] = self.context.scope
         if self.context.class_body and self.context.class_def is not None:
-            self.result.owners[node] = self.context.class_def
+            self.result.owners[function] = self.context.class_def
         mode = self.context.grad_mode
-        for decorator in node.decorators:
+        for decorator in function.decorators:
             mode = grad_mode_of(decorator.decorator, self.result.disabling) or mode
-        if node.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
+        if function.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
             mode = GradMode.DISABLED
-        self._push(Context(scope=node, class_def=self.context.class_def, grad_mode=mode))
+        self.context = Context(scope=function, class_def=self.context.class_def, grad_mode=mode)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._pop()
 
-    def visit_For_body(self, node: cst.For) -> None:
-        self._enter_loop(node)
-
-    def leave_For_body(self, node: cst.For) -> None:
-        self._pop()
-
-    def visit_While_body(self, node: cst.While) -> None:
-        self._enter_loop(node)
-
-    def leave_While_body(self, node: cst.While) -> None:
-        self._pop()
-
-    def _enter_loop(self, node: Loop) -> None:
-        self.result.loops.append(node)
-        self._push(replace(self.context, loops=(*self.context.loops, node)))
-
-    def visit_If_body(self, node: cst.If) -> None:
-        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
-
-    def leave_If_body(self, node: cst.If) -> None:
-        self._pop()
-
-    def visit_If_orelse(self, node: cst.If) -> None:
-        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
-
-    def leave_If_orelse(self, node: cst.If) -> None:
-        self._pop()
-
-    def visit_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
-        self._push(replace(self.context, ifs=(*self.context.ifs, node)))
-
-    def leave_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
-        self._pop()
-
-    def visit_With_body(self, node: cst.With) -> None:
-        mode = self.context.grad_mode
-        profiled = self.context.profiled
+def _field_context(collector: Collector, node: cst.CSTNode) -> Context:
+    """The context inside a loop's body, an `if`'s body or else, an `except` body or a `with` body."""
+    context = collector.context
+    if isinstance(node, (cst.For, cst.While)):
+        collector.result.loops.append(node)
+        return replace(context, loops=(*context.loops, node))
+    if isinstance(node, cst.With):
+        mode = context.grad_mode
+        profiled = context.profiled
         for item in node.items:
-            mode = grad_mode_of(item.item, self.result.disabling) or mode
+            mode = grad_mode_of(item.item, collector.result.disabling) or mode
             if isinstance(item.item, cst.Call) and last_name(item.item.func) in PROFILERS:
-                profiled = profiled or (self.result.imports.resolve(item.item.func) or "").startswith("torch.")
-        self._push(replace(self.context, grad_mode=mode, profiled=profiled))
-
-    def leave_With_body(self, node: cst.With) -> None:
-        self._pop()
-
-
-# Operators, brackets and whitespace: nodes that hold nothing but whitespace and comments.
-_TRIVIA: tuple[type[cst.CSTNode], ...] = (
-    *(kind for kind in vars(cst).values() if isinstance(kind, type) and kind.__module__ == "libcst._nodes.op"),
-    *(cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket),
-    *(cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Asynchronous),
-    *(cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine),
-    *(cst.Newline, cst.Comment),
-)
-TRIVIA_NAMES = frozenset(kind.__name__ for kind in _TRIVIA)
+                profiled = profiled or (collector.result.imports.resolve(item.item.func) or "").startswith("torch.")
+        return replace(context, grad_mode=mode, profiled=profiled)
+    return replace(context, ifs=(*context.ifs, node))
 
 
 @dataclass(frozen=True)
 class _Traits:
-    """What the collector records for nodes of one type."""
+    """What the collector records for nodes of one type, and how it walks them."""
 
     name: str
     trivia: bool
@@ -419,35 +348,47 @@ class _Traits:
     statement: bool
     call: bool
     ordered_on_leave: bool
+    fields: tuple[str, ...]  # the fields holding children, in LibCST's order
+    scoped_fields: frozenset[str]  # the fields walked in a context of their own (see `_field_context`)
+    enter: Callable[[Collector, cst.CSTNode], None] | None
+
+
+_ENTER: dict[type[cst.CSTNode], Callable[[Collector, cst.CSTNode], None]] = {
+    cst.Import: Collector.enter_import,
+    cst.ImportFrom: Collector.enter_import,
+    cst.SimpleStatementLine: Collector.enter_line,
+    cst.ClassDef: Collector.enter_class,
+    cst.FunctionDef: Collector.enter_function,
+}
+_SCOPED: dict[type[cst.CSTNode], frozenset[str]] = {
+    cst.For: frozenset({"body"}),
+    cst.While: frozenset({"body"}),
+    cst.If: frozenset({"body", "orelse"}),
+    cst.ExceptHandler: frozenset({"body"}),
+    cst.With: frozenset({"body"}),
+}
 
 
 @cache
 def _traits(kind: type[cst.CSTNode]) -> _Traits:
     return _Traits(
         name=kind.__name__,
-        trivia=issubclass(kind, _TRIVIA),
+        trivia=is_trivia(kind),
         # Every statement: a call in a decorator or a default belongs to its `def` or `class`.
         has_context=issubclass(kind, (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)),
         ordered_on_visit=issubclass(kind, (cst.For, cst.While, cst.FunctionDef)),
         statement=issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)),
         call=issubclass(kind, cst.Call),
         ordered_on_leave=issubclass(kind, (cst.Call, cst.BaseSmallStatement)),
+        fields=child_fields(kind),
+        scoped_fields=_SCOPED.get(kind, frozenset()),
+        enter=_ENTER.get(kind),
     )
-
-
-@cache
-def _hook(
-    visitor: type[Collector], kind: type[cst.CSTNode], prefix: str, attribute: str
-) -> Callable[[Collector, cst.CSTNode], object] | None:
-    """The visitor's `visit_Kind`/`leave_Kind` (or `visit_Kind_attribute`) function, if it has one."""
-    name = f"{prefix}{kind.__name__}_{attribute}" if attribute else f"{prefix}{kind.__name__}"
-    hook: Callable[[Collector, cst.CSTNode], object] | None = getattr(visitor, name, None)
-    return hook
 
 
 def collect(module: cst.Module, wanted_types: frozenset[str] = frozenset()) -> Collected:
     """Traverse `module` once and return what was recorded."""
     collector = Collector(module, wanted_types)
     collector.result.disabling = grad_disabling_names(module)
-    module.visit(collector)
+    collector.walk(module)
     return collector.result

@@ -40,6 +40,7 @@ from gradlint.analysis.forwards import ForwardCalls
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex
+from gradlint.analysis.tree import descendants
 from gradlint.analysis.values import GradValues
 
 TRAINING_NAME = re.compile(
@@ -131,7 +132,7 @@ class Evaluation:
         chosen: list[cst.BaseStatement] = []
         inside: set[cst.CSTNode] = set()
         for item in block[index + 1 :]:
-            below = _descendants(item)
+            below = set(descendants(item))
             if any(order.get(node, 0) >= region.end for node in below):
                 break  # the next model.train()
             chosen.append(item)
@@ -312,13 +313,3 @@ def _blocks(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
         elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
             blocks.extend(_blocks(part))
     return blocks
-
-
-def _descendants(node: cst.CSTNode) -> set[cst.CSTNode]:
-    """`node` and every node inside it."""
-    found, pending = set(), [node]
-    while pending:
-        current = pending.pop()
-        found.add(current)
-        pending.extend(current.children)
-    return found

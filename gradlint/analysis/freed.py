@@ -31,6 +31,7 @@ from gradlint.analysis.frameworks import optimizes_manually
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import EventIndex, Kind
+from gradlint.analysis.tree import children
 from gradlint.analysis.values import (
     DETACHING_METHODS,
     NON_GRAD_ATTRIBUTES,
@@ -158,7 +159,7 @@ class FreedGraphs:
                     yield from self.graph_reads(arg.value)
             return
         if not isinstance(node, (cst.Lambda, cst.BaseComp)):
-            for child in node.children:
+            for child in children(node):
                 yield from self.graph_reads(child)
 
     def _cuts_history(self, call: cst.Call) -> bool:

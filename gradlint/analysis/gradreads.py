@@ -26,6 +26,7 @@ from gradlint.analysis.origins import Binding
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import Event, Kind
 from gradlint.analysis.summaries import GRAD_READ
+from gradlint.analysis.tree import children, descendants
 
 if TYPE_CHECKING:
     from gradlint.analysis import ModuleAnalysis
@@ -144,9 +145,9 @@ class GradReads:
     def _caught(self) -> frozenset[cst.CSTNode]:
         """The simple statements in the body of a `try` that catches AttributeError or TypeError."""
         found: set[cst.CSTNode] = set()
-        for node in _descendants(self.analysis.module):
+        for node in self.analysis.collected.contexts:  # every statement
             if isinstance(node, cst.Try) and any(_catches_none_errors(handler) for handler in node.handlers):
-                found.update(inner for inner in _descendants(node.body) if isinstance(inner, cst.BaseSmallStatement))
+                found.update(inner for inner in descendants(node.body) if isinstance(inner, cst.BaseSmallStatement))
         return frozenset(found)
 
     def backward_before(self, node: cst.CSTNode, depth: int = 0) -> bool:
@@ -279,18 +280,10 @@ def _edges(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
     pending = [node]
     while pending:
         parent = pending.pop()
-        for child in reversed(parent.children):
+        for child in reversed(children(parent)):
             if not isinstance(child, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
                 yield parent, child
                 pending.append(child)
-
-
-def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    pending = list(node.children)
-    while pending:
-        current = pending.pop()
-        yield current
-        pending.extend(current.children)
 
 
 def _is_grad(node: cst.CSTNode) -> bool:

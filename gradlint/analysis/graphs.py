@@ -22,6 +22,7 @@ from gradlint.analysis.leaves import Leaves, is_container, is_leaf_value
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.tree import children, descendants
 from gradlint.analysis.values import (
     DETACHING_METHODS,
     NON_GRAD_ATTRIBUTES,
@@ -96,7 +97,7 @@ class Graphs:
             return False
         if self.requires_grad(expression, at):
             return True
-        return any(isinstance(node, cst.Call) and self._may_compute_graph(node) for node in _walk(expression))
+        return any(isinstance(node, cst.Call) and self._may_compute_graph(node) for node in descendants(expression))
 
     def _may_compute_graph(self, call: cst.Call) -> bool:
         # Ex) self.trunk(x), encode(batch): an unknown callable may run a forward pass
@@ -133,7 +134,7 @@ class Graphs:
             return
         if isinstance(expression, (cst.Comparison, cst.Lambda, cst.BaseString)):
             return
-        for child in expression.children:
+        for child in children(expression):
             yield from self.operands(child)
 
     def _call_operands(self, call: cst.Call) -> Iterator[cst.Name | cst.Attribute]:
@@ -216,7 +217,7 @@ class Graphs:
             for s in self.collected.statements_in_scope(scope)
             if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
         ]
-        return any(self._saves(node, key, statement) for statement in between for node in _walk(statement))
+        return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
 
     def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:
         if isinstance(node, cst.BinaryOperation):
@@ -304,9 +305,3 @@ def _refers_to(node: cst.BaseExpression, key: str) -> bool:
             node = node.func.value
         else:
             return False
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)

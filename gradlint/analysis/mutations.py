@@ -17,6 +17,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.leaves import Leaves
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.tree import children
 from gradlint.analysis.values import names_in
 
 # Methods ending in `_` that change flags or storage sharing, not a tensor's values.
@@ -180,7 +181,7 @@ class GradientValues:
         key = dotted_name(expression) if isinstance(expression, (cst.Name, cst.Attribute)) else None
         if key is not None and key in names:
             return True
-        return any(self._reads_gradient(child, names) for child in expression.children)
+        return any(self._reads_gradient(child, names) for child in children(expression))
 
     def _gradient_names(self, scope: Scope) -> set[str]:
         if scope in self._names:

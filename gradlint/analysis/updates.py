@@ -21,6 +21,7 @@ from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE, Origins
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import Event, Kind, TrainingStep
+from gradlint.analysis.tree import children
 from gradlint.analysis.values import DETACHING_METHODS
 
 MAX_DEPTH = 6
@@ -147,7 +148,7 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
             found.append(current)
         if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue
-        pending.extend(current.children)
+        pending.extend(children(current))
     return found
 
 
@@ -171,5 +172,5 @@ def _names_in(statement: cst.CSTNode) -> list[cst.Name | cst.Attribute]:
             if isinstance(func, cst.Attribute):
                 pending.append(func.value)
             continue
-        pending.extend(current.children)
+        pending.extend(children(current))
     return found

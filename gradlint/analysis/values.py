@@ -24,6 +24,7 @@ from gradlint.analysis.flow import ForwardWalk
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex, Kind
+from gradlint.analysis.tree import children
 
 Env = Mapping[str, bool]
 
@@ -270,7 +271,7 @@ def names_in(node: cst.CSTNode) -> Iterator[str]:
     if key is not None:
         yield key
         return
-    for child in node.children:
+    for child in children(node):
         yield from names_in(child)
 
 
@@ -295,7 +296,7 @@ def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, SCALING_OPERATORS):
         yield from operand_names(node.left, modules)  # `loss / n`: n is a count, not a graph
         return
-    for child in node.children:
+    for child in children(node):
         yield from operand_names(child, modules)
 
 

@@ -10,6 +10,7 @@ from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.collect import Loop, Scope
 from gradlint.analysis.names import dotted_name
 from gradlint.analysis.origins import Binding, Definition
+from gradlint.analysis.tree import children
 from gradlint.analysis.values import operand_names
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
@@ -264,7 +265,7 @@ def _under_modulo(ifs: tuple[cst.CSTNode, ...]) -> bool:
 def _has_modulo(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
         return True
-    return any(_has_modulo(child) for child in node.children)
+    return any(_has_modulo(child) for child in children(node))
 
 
 def _last_before(events: tuple[Event, ...], anchor: Event, kind: Kind) -> Event | None:
@@ -281,7 +282,7 @@ def _is_grad(node: cst.BaseExpression) -> bool:
 
 def _attributes(node: cst.CSTNode) -> list[cst.Attribute]:
     found = [node] if isinstance(node, cst.Attribute) else []
-    for child in node.children:
+    for child in children(node):
         found.extend(_attributes(child))
     return found
 

@@ -11,6 +11,7 @@ from gradlint.analysis.collect import Loop, Scope
 from gradlint.analysis.evaluation import ITERATION_WRAPPERS, LOADER_NAME, iterates_loader
 from gradlint.analysis.lineage import is_data_name
 from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.tree import children
 from gradlint.analysis.values import names_in
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
@@ -336,7 +337,7 @@ def _creates_graph(node: cst.CSTNode) -> bool:
 def _reads_grad(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.Attribute) and node.attr.value == "grad":
         return True
-    return any(_reads_grad(child) for child in node.children)
+    return any(_reads_grad(child) for child in children(node))
 
 
 def _counts(iterable: cst.BaseExpression) -> bool:
