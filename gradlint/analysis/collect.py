@@ -11,7 +11,7 @@ from typing import cast
 import libcst as cst
 
 from gradlint.analysis.names import ImportMap, last_name
-from gradlint.analysis.tree import TRIVIA_NAMES, child_fields, descendants, field_children, is_trivia
+from gradlint.analysis.tree import TRIVIA_NAMES, child_fields, descendants, field_children, is_node, is_trivia
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -277,15 +277,16 @@ class Collector:
         inside = self.context
         for name in traits.fields:
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for item in value:
+                    if is_node(type(item)):
+                        self.walk(item)
+            elif is_node(kind):
                 if name in traits.scoped_fields:
                     self.context = _field_context(self, node)
                 self.walk(value)
                 self.context = inside
-            elif isinstance(value, (tuple, list)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        self.walk(item)
         self.context = outer
         if traits.statement:
             self.statements.pop()

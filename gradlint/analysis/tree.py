@@ -19,7 +19,6 @@ import ast
 import dataclasses
 import inspect
 import textwrap
-from collections.abc import Iterator
 from functools import cache
 
 import libcst as cst
@@ -35,10 +34,25 @@ TRIVIA: tuple[type[cst.CSTNode], ...] = (
 TRIVIA_NAMES = frozenset(kind.__name__ for kind in TRIVIA)
 
 
-@cache
-def is_trivia(kind: type[cst.CSTNode]) -> bool:
+def is_trivia(kind: type) -> bool:
     """Whether nodes of `kind` hold only whitespace and comments."""
-    return issubclass(kind, TRIVIA)
+    known = _TRIVIA_KINDS.get(kind)
+    if known is None:
+        known = _TRIVIA_KINDS[kind] = issubclass(kind, TRIVIA)
+    return known
+
+
+def is_node(kind: type) -> bool:
+    """Whether values of type `kind` are nodes (cheaper than isinstance against CSTNode, an abstract class)."""
+    known = _NODE_KINDS.get(kind)
+    if known is None:
+        known = _NODE_KINDS[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+# Per-type answers: these run on every field of every node walked.
+_NODE_KINDS: dict[type, bool] = {}
+_TRIVIA_KINDS: dict[type, bool] = {}
 
 
 @cache
@@ -62,15 +76,13 @@ def child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for _, _, name in sorted(found)))
 
 
-def field_children(node: cst.CSTNode, name: str) -> Iterator[cst.CSTNode]:
+def field_children(node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
     """The nodes held by field `name` of `node`, trivia included, in order."""
     value = getattr(node, name)
-    if isinstance(value, cst.CSTNode):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            if isinstance(item, cst.CSTNode):
-                yield item
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return [item for item in value if is_node(type(item))]
+    return [value] if is_node(kind) else []
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -78,11 +90,11 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     found: list[cst.CSTNode] = []
     for name in child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not is_trivia(type(value)):
-                found.append(value)
-        elif isinstance(value, (tuple, list)):
-            found.extend(item for item in value if isinstance(item, cst.CSTNode) and not is_trivia(type(item)))
+        kind = type(value)
+        if kind is tuple or kind is list:
+            found.extend(item for item in value if is_node(type(item)) and not is_trivia(type(item)))
+        elif is_node(kind) and not is_trivia(kind):
+            found.append(value)
     return found
 
 
