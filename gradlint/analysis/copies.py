@@ -212,13 +212,13 @@ class LeafCopies:
         # parameter, so only arguments written as lists of tensors (or bound to one) are taken.
         if self.program is None or call not in self.collected.contexts:
             return
-        callee = self.program.callee_of(call, self.events.context(call), self.events)
-        if callee is None or not any(effect.kind == BUILDS_OPTIMIZER for effect in callee.effects):
-            return
         at = self.collected.statement_of[call]
-        for arg in call.args:
-            if self._is_tensor_list(arg.value, at):
-                yield arg.value
+        lists = [arg.value for arg in call.args if self._is_tensor_list(arg.value, at)]
+        if not lists:
+            return  # checked first: resolving the callee costs more
+        callee = self.program.callee_of(call, self.events.context(call), self.events)
+        if callee is not None and any(effect.kind == BUILDS_OPTIMIZER for effect in callee.effects):
+            yield from lists
 
     def _is_tensor_list(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         if isinstance(value, CONTAINERS):

@@ -89,8 +89,10 @@ class Evaluation:
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
         first: dict[Loop, cst.Call] = {}
+        # Only a forward inside a loop is reported, and a function's loops are its own.
+        looping = {self.collected.contexts[loop].scope for loop in self.collected.loops}
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
-        for scope in scopes:
+        for scope in (scope for scope in scopes if scope in looping):
             for region in self.regions(scope):
                 if self._wants_gradients(region):
                     continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 # Modules whose presence marks a file as PyTorch code, and frameworks whose presence
@@ -21,11 +23,13 @@ OTHER_FRAMEWORKS = frozenset(
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    # `type(...) is`, not isinstance: LibCST's node classes are abstract-base subclasses, whose
+    # isinstance checks are slow, and these two run on nearly every expression the rules look at.
     parts = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name):
+    if type(node) is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))
@@ -33,10 +37,11 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
 
 def last_name(node: cst.BaseExpression) -> str | None:
     """The final identifier of a Name/Attribute (`c` in `a.b.c`), else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
+    kind = type(node)
+    if kind is cst.Name:
+        return cast(cst.Name, node).value
+    if kind is cst.Attribute:
+        return cast(cst.Attribute, node).attr.value
     return None
 
 
