@@ -4,7 +4,8 @@ Two shapes are recognised. A step guarded by an accumulation condition (`if (i +
 accum == 0:`, `if is_grad_step:` bound from one, `if n_accum >= accum_steps:` with a
 counter that the loop increments) while the backward runs on every iteration; and an
 inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
-chunk in batch.chunk(k):`) that backpropagates, with the step after it. For each, the
+chunk in batch.chunk(k):`, `while n_accum < k:`, a `while True:` that breaks once a growing
+accumulation count reaches its bound) that backpropagates, with the step after it. For each, the
 loss that reaches the backward is judged: divided (or multiplied by a reciprocal) by a
 constant, divided by a running counter, not divided, or not known.
 """
@@ -171,8 +172,8 @@ class Accumulations:
 
     def _micro_factor(self, loop: Loop) -> cst.BaseExpression | None:
         """k for a loop over the micro-batches of one step, else None."""
-        if not isinstance(loop, cst.For):
-            return None
+        if isinstance(loop, cst.While):
+            return self._while_factor(loop)
         iterable = loop.iter
         if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("zip", "enumerate") and iterable.args:
             iterable = iterable.args[0].value  # zip(x.chunk(k), y.chunk(k)), enumerate(micro_batches)
@@ -187,6 +188,52 @@ class Accumulations:
             return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
         if named and isinstance(iterable, (cst.Name, cst.Attribute)):
             return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
+        return None
+
+    def _while_factor(self, loop: cst.While) -> cst.BaseExpression | None:
+        """k for a `while` loop that counts its micro-batches up to k: `while n_accum < k:`, or `while True:`
+        that leaves on `if n_accum >= k: break`. A count that grows by a batch size gives `k / size`."""
+        guards = [(loop.test, False)]
+        for statement in self.collected.statements_in_loop(loop):
+            context = self.collected.contexts.get(statement)
+            if isinstance(statement, cst.Break) and context is not None and context.loops[-1:] == (loop,):
+                inside = [
+                    g
+                    for g in context.ifs[-1:]
+                    if g in self.collected.contexts and loop in self.collected.contexts[g].loops
+                ]
+                guards.extend((guard.test, True) for guard in inside if isinstance(guard, cst.If))
+        for test, leaves in guards:
+            found = self._count_bound(test, loop, leaves)
+            if found is not None:
+                return found
+        return None
+
+    def _count_bound(self, test: cst.BaseExpression, loop: cst.While, leaves: bool) -> cst.BaseExpression | None:
+        # Ex) while micro_step < accum_steps:  /  if accum_batch_size >= total_batch_size: break
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
+        expected = (cst.GreaterThanEqual, cst.GreaterThan, cst.Equal) if leaves else (cst.LessThan, cst.NotEqual)
+        step = self._increment(test.left, loop)
+        if not isinstance(operator, expected) or step is None or isinstance(bound, (cst.Integer, cst.Float)):
+            return None
+        if not any(word in (_text(node) or "").lower() for node in (test.left, bound) for word in MICRO_WORDS):
+            return None
+        if isinstance(step, cst.Integer) and step.value == "1":
+            return bound
+        return cst.BinaryOperation(bound, cst.Divide(), step)
+
+    def _increment(self, counter: cst.BaseExpression, loop: cst.While) -> cst.BaseExpression | None:
+        """What `counter` grows by on each iteration of `loop` (`n += 1`: 1), if it grows there."""
+        key = dotted_name(counter)
+        for statement in self.collected.statements_in_loop(loop) if key is not None else ():
+            if (
+                isinstance(statement, cst.AugAssign)
+                and isinstance(statement.operator, cst.AddAssign)
+                and dotted_name(statement.target) == key
+            ):
+                return statement.value
         return None
 
     # -- judging the loss ----------------------------------------------------------------------
