@@ -72,3 +72,50 @@ def test_a_while_loop_whose_count_is_not_of_micro_batches_is_not_accumulation() 
 def test_a_while_loop_whose_count_does_not_grow_in_it_is_not_a_micro_batch_loop() -> None:
     source = WHILE_COUNTED.replace("n_accum += 1", "n_accum = 1")
     assert unscaled(source) == []
+
+
+TOKEN_MEAN = """\
+    import torch
+    import torch.nn.functional as F
+
+
+    def loss_and_backward(model, micro_batch):
+        mask = micro_batch["mask"]
+        token_losses = F.cross_entropy(model(micro_batch["x"]), micro_batch["y"], reduction="none") * mask
+        loss = torch.sum(token_losses) / (mask.sum() + 1e-8)
+        loss.backward()
+        return loss
+
+
+    def train_step(model, optimizer, batch, micro_size):
+        micro_batches = batch.split(micro_size)
+        for micro_batch in micro_batches:
+            loss_and_backward(model, micro_batch) / len(micro_batches)
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_mean_over_the_micro_batchs_own_tokens_is_no_scale() -> None:
+    assert unscaled(TOKEN_MEAN) == [("loss.backward()", Scaling.UNSCALED, "len(micro_batches)")]
+
+
+def test_a_token_count_handed_in_from_before_the_loop_scales() -> None:
+    source = TOKEN_MEAN.replace("(mask.sum() + 1e-8)", "n_tokens").replace(
+        "def loss_and_backward(model, micro_batch):", "def loss_and_backward(model, micro_batch, n_tokens):"
+    )
+    source = source.replace("loss_and_backward(model, micro_batch)", "loss_and_backward(model, micro_batch, total)")
+    assert unscaled(source) == []
+
+
+def test_a_token_mean_divided_by_k_as_well_scales() -> None:
+    source = TOKEN_MEAN.replace("(mask.sum() + 1e-8)", "(mask.sum() + 1e-8) / len(micro_batches)")
+    assert unscaled(source) == []
+
+
+def test_a_process_count_and_a_mask_weigh_the_loss_without_scaling_it() -> None:
+    source = TOKEN_MEAN.replace("(mask.sum() + 1e-8)", "(mask.sum() + 1e-8) * dp_size").replace(
+        'mask = micro_batch["mask"]\n',
+        'mask = micro_batch["mask"]\n        dp_size = torch.distributed.get_world_size()\n',
+    )
+    assert unscaled(source) == [("loss.backward()", Scaling.UNSCALED, "len(micro_batches)")]

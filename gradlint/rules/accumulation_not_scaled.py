@@ -52,6 +52,14 @@ class AccumulationNotScaled(Rule):
     a step taken on every iteration (even under `if scheduler is not None:`), and GAN
     steps whose guarded branch has a backward of its own.
 
+    Dividing by a count of the micro-batch's own tokens or rows (`ce.sum() / mask.sum()`,
+    the mask of this micro-batch, in the loop or in the helper it calls) takes a mean
+    over that micro-batch: it is no scale for the accumulation, and such a loss is
+    reported when nothing else divides it by k. A loss divided only after its backward
+    (`loss_and_backward(micro) / n_micro`) is reported too: that changes what is logged,
+    not the gradients. A mask (`loss * loss_mask`) or a count of processes (`loss *
+    dist.get_world_size()`) weighs a loss and scales nothing.
+
     A `zero_grad()` inside the micro-batch loop (which keeps only the last micro-batch)
     belongs to GL002 missing-zero-grad; this rule stays quiet there.
 
@@ -67,7 +75,7 @@ class AccumulationNotScaled(Rule):
     micro-batch loop is recognised by its names (`accum`, `micro`, `chunk`, in a `while`
     loop's count or its bound) or by `chunk`/`split`. A loss with any scaled term (`ce /
     k + kl`) counts as scaled, and a division by a loop count of an outer loop (`loss /
-    epoch`) reads as a running count.
+    epoch`) reads as a running count. A mask is known by its name (`mask` in it).
     Whether a Trainer's model takes `**kwargs` is not known statically, and an override
     that takes `**kwargs` instead of `num_items_in_batch` is not checked.
 
