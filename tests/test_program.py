@@ -788,3 +788,51 @@ def test_a_partial_with_spread_arguments_is_read_in_python_s_order(tmp_path: Pat
         },
     )
     assert {code for _, _, code in codes(tmp_path)} <= {"GL002"}
+
+
+def test_a_helper_first_reached_at_the_depth_limit_keeps_its_events_nearer(tmp_path: Path) -> None:
+    # main -> run -> fit -> step -> helper: inlined from `main`, the helper's backward lies past the limit;
+    # `fit`, analysed on its own, must still see it.
+    write(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+
+
+                def helper(model, batch):
+                    model(batch).sum().backward()
+
+
+                def step(model, opt, batch):
+                    helper(model, batch)
+                    opt.step()
+                    opt.zero_grad()
+
+
+                def fit(model, opt, loader):
+                    for batch in loader:
+                        step(model, opt, batch)
+
+
+                def run(model, loader):
+                    fit(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+
+
+                def outer(model, loader):
+                    run(model, loader)
+
+
+                def main(model, loader):
+                    outer(model, loader)
+
+
+                main(None, [])
+            """
+        },
+    )
+    analysis = analysis_of(tmp_path, "train.py")
+    analysis.training_steps  # noqa: B018 (the module's events first, as the rules ask for them)
+    fit = next(function for function in analysis.collected.functions if function.name.value == "fit")
+    kinds = [event.kind.value for event in analysis.events.scope_events(fit)]
+    assert kinds == ["backward", "step", "clear"]

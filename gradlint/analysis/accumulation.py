@@ -4,14 +4,15 @@ Two shapes are recognised. A step guarded by an accumulation condition (`if (i +
 accum == 0:`, `if is_grad_step:` bound from one, `if n_accum >= accum_steps:` with a
 counter that the loop increments) while the backward runs on every iteration; and an
 inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
-chunk in batch.chunk(k):`) that backpropagates, with the step after it. For each, the
+chunk in batch.chunk(k):`, `while n_accum < k:`, a `while True:` that breaks once a growing
+accumulation count reaches its bound) that backpropagates, with the step after it. For each, the
 loss that reaches the backward is judged: divided (or multiplied by a reciprocal) by a
 constant, divided by a running counter, not divided, or not known.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -24,6 +25,8 @@ from gradlint.analysis.steps import Event, EventIndex, Kind
 from gradlint.analysis.tree import descendants
 
 MAX_DEPTH = 4
+# How far a loss is followed back through its assignments and operations to what divides it.
+JUDGE_DEPTH = 16
 # Words in a loop's bound or variable that say it walks the micro-batches of one step.
 MICRO_WORDS = ("accum", "micro", "grad_acc", "chunk")
 # Methods and functions that split one batch into micro-batches.
@@ -54,6 +57,7 @@ class Accumulation:
     factor: cst.BaseExpression | None  # k, where the source names it
     counter: cst.BaseExpression | None = None  # the running count the loss is divided by
     counted_at: cst.CSTNode | None = None  # the statement that divides by it
+    loop: Loop | None = None  # the loop whose iterations accumulate (None: a function run once per batch)
 
 
 class Accumulations:
@@ -102,7 +106,7 @@ class Accumulations:
                 return  # something steps every iteration: not accumulation
             backwards = self._accumulated(guard, [e for e in inside if e.kind is Kind.BACKWARD])
             for backward in backwards:
-                yield Accumulation(backward, step, factor)
+                yield Accumulation(backward, step, factor, loop=loop)
             return
 
     def _accumulated(self, guard: cst.If, backwards: list[Event]) -> list[Event]:
@@ -168,12 +172,12 @@ class Accumulations:
                 continue  # steps inside (not accumulation), or clears every micro-batch (GL002)
             if _between(events, backward, step, Kind.STEP):
                 continue
-            yield Accumulation(backward, step, factor)
+            yield Accumulation(backward, step, factor, loop=micro)
 
     def _micro_factor(self, loop: Loop) -> cst.BaseExpression | None:
         """k for a loop over the micro-batches of one step, else None."""
-        if not isinstance(loop, cst.For):
-            return None
+        if isinstance(loop, cst.While):
+            return self._while_factor(loop)
         iterable = loop.iter
         if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("zip", "enumerate") and iterable.args:
             iterable = iterable.args[0].value  # zip(x.chunk(k), y.chunk(k)), enumerate(micro_batches)
@@ -188,6 +192,52 @@ class Accumulations:
             return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
         if named and isinstance(iterable, (cst.Name, cst.Attribute)):
             return cst.Call(cst.Name("len"), [cst.Arg(iterable)])
+        return None
+
+    def _while_factor(self, loop: cst.While) -> cst.BaseExpression | None:
+        """k for a `while` loop that counts its micro-batches up to k: `while n_accum < k:`, or `while True:`
+        that leaves on `if n_accum >= k: break`. A count that grows by a batch size gives `k / size`."""
+        guards = [(loop.test, False)]
+        for statement in self.collected.statements_in_loop(loop):
+            context = self.collected.contexts.get(statement)
+            if isinstance(statement, cst.Break) and context is not None and context.loops[-1:] == (loop,):
+                inside = [
+                    g
+                    for g in context.ifs[-1:]
+                    if g in self.collected.contexts and loop in self.collected.contexts[g].loops
+                ]
+                guards.extend((guard.test, True) for guard in inside if isinstance(guard, cst.If))
+        for test, leaves in guards:
+            found = self._count_bound(test, loop, leaves)
+            if found is not None:
+                return found
+        return None
+
+    def _count_bound(self, test: cst.BaseExpression, loop: cst.While, leaves: bool) -> cst.BaseExpression | None:
+        # Ex) while micro_step < accum_steps:  /  if accum_batch_size >= total_batch_size: break
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
+        expected = (cst.GreaterThanEqual, cst.GreaterThan, cst.Equal) if leaves else (cst.LessThan, cst.NotEqual)
+        step = self._increment(test.left, loop)
+        if not isinstance(operator, expected) or step is None or isinstance(bound, (cst.Integer, cst.Float)):
+            return None
+        if not any(word in (_text(node) or "").lower() for node in (test.left, bound) for word in MICRO_WORDS):
+            return None
+        if isinstance(step, cst.Integer) and step.value == "1":
+            return bound
+        return cst.BinaryOperation(bound, cst.Divide(), step)
+
+    def _increment(self, counter: cst.BaseExpression, loop: cst.While) -> cst.BaseExpression | None:
+        """What `counter` grows by on each iteration of `loop` (`n += 1`: 1), if it grows there."""
+        key = dotted_name(counter)
+        for statement in self.collected.statements_in_loop(loop) if key is not None else ():
+            if (
+                isinstance(statement, cst.AugAssign)
+                and isinstance(statement.operator, cst.AddAssign)
+                and dotted_name(statement.target) == key
+            ):
+                return statement.value
         return None
 
     # -- judging the loss ----------------------------------------------------------------------
@@ -209,7 +259,7 @@ class Accumulations:
         at_node = node if original is not None and original[1] is value else backward.site
         if not isinstance(at_node, cst.Call) or at_node not in self.collected.statement_of:
             return Scaling.UNKNOWN, None
-        judge = _Judge(self, backward.loops, found.factor)
+        judge = _Judge(self, backward.loops, found.factor, found.loop)
         result = judge.expression(value, self.collected.statement_of[at_node], 0)
         return result, judge
 
@@ -250,15 +300,22 @@ class Accumulations:
 class _Judge:
     """Follows a loss back through its assignments to what it was divided by."""
 
-    def __init__(self, accumulations: Accumulations, loops: tuple[Loop, ...], factor: cst.BaseExpression | None):
+    def __init__(
+        self,
+        accumulations: Accumulations,
+        loops: tuple[Loop, ...],
+        factor: cst.BaseExpression | None,
+        micro: Loop | None = None,
+    ):
         self.accumulations = accumulations
         self.loops = loops
+        self.micro = micro
         self.factor = dotted_name(factor) if factor is not None else None
         self.counter: cst.BaseExpression | None = None
         self.counted_at: cst.CSTNode | None = None
 
     def expression(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> Scaling:
-        if depth > MAX_DEPTH:
+        if depth > JUDGE_DEPTH:
             return Scaling.UNKNOWN
         if isinstance(node, cst.BinaryOperation):
             return self._operation(node, at, depth)
@@ -279,10 +336,16 @@ class _Judge:
     def _operation(self, node: cst.BinaryOperation, at: cst.CSTNode, depth: int) -> Scaling:
         operator = node.operator
         if isinstance(operator, (cst.Divide, cst.FloorDivide)):
+            if self._counts_micro_batch(node.right, at, depth):
+                return self.expression(node.left, at, depth + 1)  # ce.sum() / mask.sum(): a mean over this one
             return self.divided(node.right, at)
         if isinstance(operator, cst.Multiply):
             for side in (node.left, node.right):
-                if isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.Divide):
+                if (
+                    isinstance(side, cst.BinaryOperation)
+                    and isinstance(side.operator, cst.Divide)
+                    and not self._counts_micro_batch(side.right, at, depth)
+                ):
                     return self.divided(side.right, at)  # loss * (1 / k)
         if isinstance(operator, cst.Multiply):
             sides = [side for side in (node.left, node.right) if not self._is_weight(side, at)]
@@ -291,19 +354,66 @@ class _Judge:
             return _combine([self.expression(node.left, at, depth + 1), self.expression(node.right, at, depth + 1)])
         return Scaling.UNKNOWN
 
+    def _counts_micro_batch(self, divisor: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+        """Whether `divisor` counts the current micro-batch (its tokens or rows): dividing by it takes a mean
+        over that micro-batch, which is no scale for the accumulation. `len(micro_batches)` counted before the
+        loop is k; `mask.sum()` of this micro-batch's mask is not."""
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Add):
+            sides = [side for side in (divisor.left, divisor.right) if not isinstance(side, (cst.Integer, cst.Float))]
+            return len(sides) == 1 and self._counts_micro_batch(sides[0], at, depth + 1)  # mask.sum() + 1e-8
+        if isinstance(divisor, (cst.Name, cst.Attribute)) and (key := dotted_name(divisor)) is not None:
+            definitions = self.accumulations.origins.definitions(key, at)
+            return bool(definitions) and all(
+                d.binding is Binding.ASSIGN and self._counts_micro_batch(d.value, d.node, depth + 1)
+                for d in definitions
+            )
+        counted = _counted(divisor, self.accumulations.collected.imports.aliases)
+        return counted is not None and self._in_iteration(counted, at)
+
+    def _in_iteration(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether `value` is made anew in each iteration that accumulates (the micro-batch, or data of it)."""
+        while isinstance(value, (cst.Subscript, cst.Call)):
+            value = value.value if isinstance(value, cst.Subscript) else value.func  # batch["mask"], x.float()
+            value = value.value if isinstance(value, cst.Attribute) and dotted_name(value) is None else value
+        key = dotted_name(value)
+        definitions = self.accumulations.origins.definitions(key, at) if key is not None else frozenset()
+        return bool(definitions) and all(self._made_in_iteration(d.binding, d.node) for d in definitions)
+
+    def _made_in_iteration(self, binding: Binding, node: cst.CSTNode) -> bool:
+        collected = self.accumulations.collected
+        if binding is Binding.OUTSIDE or node not in collected.contexts:
+            return False  # a parameter may be the whole batch: `len(micro_batches)` handed in
+        if binding is Binding.LOOP:
+            return node is self.micro
+        context = collected.contexts[node]
+        if self.micro is None:
+            return isinstance(context.scope, cst.FunctionDef)  # a function run once per batch
+        # In the loop, or in a helper the loop's iteration runs (where the backward's value was followed).
+        return self.micro in context.loops or context.scope is not collected.contexts[self.micro].scope
+
     def _is_weight(self, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        """A loss weight (`0.5`, `alpha`, `self.kd_weight`), not a scale the accumulation may have set."""
+        """A loss weight (`0.5`, `alpha`, `self.kd_weight`) or a mask, not a scale the accumulation may have set."""
         if isinstance(node, (cst.Integer, cst.Float)):
             return True
         if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, cst.Divide):
             return self._is_weight(node.left, at) and self._is_weight(node.right, at)  # (1 - alpha)
+        if isinstance(node, cst.Call) and _is_setting(node):
+            return True  # loss * dist.get_world_size()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and last_name(node.func) in CASTS:
+            node = node.func.value  # mask.to(loss.device), mask.float()
         key = dotted_name(node)
         if key is None or (self.factor is not None and self.factor in key):
             return False
         if any(word in key.lower() for word in ("scale", "accum", "inv", "norm")):
             return False
+        if "mask" in (last_name(node) or "").lower():
+            return True  # loss * loss_mask: selects tokens, scales nothing
         definitions = self.accumulations.origins.definitions(key, at)
-        return all(d.binding is Binding.OUTSIDE or isinstance(d.value, (cst.Integer, cst.Float)) for d in definitions)
+        return all(
+            d.binding is Binding.OUTSIDE or (d.binding is Binding.ASSIGN and _is_setting(d.value)) for d in definitions
+        )
 
     def _call(self, node: cst.Call, at: cst.CSTNode, depth: int) -> Scaling:
         func = node.func
@@ -313,6 +423,8 @@ class _Judge:
             return self.divided(positional[-1], at)
         if isinstance(func, cst.Attribute) and name in SCALE_KEEPING and not self._is_module(func.value):
             return self.expression(func.value, at, depth + 1)  # loss.mean(), criterion(out, y).sum()
+        if name in ("sum", "mean") and self._is_module(func) and len(positional) == 1 and _one_tensor(positional[0]):
+            return self.expression(positional[0], at, depth + 1)  # torch.sum(token_losses)
         if name in COMBINERS:
             return Scaling.UNKNOWN  # sum(losses), torch.stack(losses).mean()
         if self.factor is not None and any(dotted_name(arg.value) == self.factor for arg in node.args):
@@ -323,7 +435,9 @@ class _Judge:
         return Scaling.UNSCALED  # a model or criterion call
 
     def _is_module(self, node: cst.BaseExpression) -> bool:
-        """Whether `node` names an imported module (`torch`, `np`), not a tensor."""
+        """Whether `node` names an imported module (`torch`, `np`), or a function of one, not a tensor."""
+        if isinstance(node, cst.Attribute) and dotted_name(node) is not None and last_name(node) in ("sum", "mean"):
+            node = node.value  # torch.sum
         return dotted_name(node) in self.accumulations.collected.imports.aliases or dotted_name(node) == "torch"
 
     def _returned(self, helper: cst.FunctionDef, depth: int) -> Scaling:
@@ -416,6 +530,43 @@ def _sets_accepts_loss_kwargs(statement: cst.BaseSmallStatement) -> bool:
 def _identifiers(node: cst.CSTNode) -> set[str]:
     """Every name and attribute name read under `node`."""
     return {inner.value for inner in descendants(node) if isinstance(inner, cst.Name)}
+
+
+# Reductions that count what a tensor or a batch holds: `mask.sum()`, `torch.sum(mask)`, `len(x)`, `x.size(0)`.
+COUNTS = frozenset({"sum", "numel", "count_nonzero", "size", "len"})
+
+
+def _counted(divisor: cst.BaseExpression, modules: Collection[str]) -> cst.BaseExpression | None:
+    """What `divisor` counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `len(mask)`, `mask.size(0)`."""
+    if isinstance(divisor, cst.Subscript) and isinstance(divisor.value, cst.Attribute):
+        return divisor.value.value if divisor.value.attr.value == "shape" else None
+    if not isinstance(divisor, cst.Call) or last_name(divisor.func) not in COUNTS:
+        return None
+    func = divisor.func
+    if isinstance(func, cst.Attribute) and dotted_name(func.value) not in (*modules, "torch"):
+        return func.value
+    positional = [arg.value for arg in divisor.args if arg.keyword is None and not arg.star]
+    return positional[0] if positional else None
+
+
+# Tensor methods that change a value's type or device only.
+CASTS = frozenset({"to", "float", "half", "bfloat16", "cuda", "type_as"})
+# Counts of processes or samples: a factor of them weighs a loss (`loss * dp_size`), it scales no accumulation.
+PROCESS_COUNTS = frozenset({"get_world_size", "size"})
+
+
+def _is_setting(value: cst.BaseExpression) -> bool:
+    """A literal, or a count of processes or samples: `2`, `mesh.size("dp")`, `dist.get_world_size()`."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.IfExp):
+        return _is_setting(value.body) and _is_setting(value.orelse)
+    return isinstance(value, cst.Call) and last_name(value.func) in PROCESS_COUNTS
+
+
+def _one_tensor(value: cst.BaseExpression) -> bool:
+    """Not a sequence written out or built: `torch.sum(x)` reduces one tensor, `torch.sum([a, b])` combines."""
+    return not isinstance(value, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp, cst.Set))
 
 
 def _combine(results: list[Scaling]) -> Scaling:

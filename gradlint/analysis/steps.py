@@ -135,6 +135,7 @@ class EventIndex:
         self._scope_items = self._group_by_scope()
         self._scope_events: dict[Scope, tuple[Event, ...]] = {}
         self._in_progress: set[Scope] = set()
+        self._truncated = 0  # how many times inlining stopped at MAX_INLINE_DEPTH
         self.called: set[cst.FunctionDef] = set()
         self._top_functions = {
             function.name.value: function
@@ -393,15 +394,22 @@ class EventIndex:
         """Every event of a scope in order, with same-module helpers inlined."""
         if scope in self._scope_events:
             return self._scope_events[scope]
-        if scope in self._in_progress or depth > MAX_INLINE_DEPTH:
+        if depth > MAX_INLINE_DEPTH:
+            self._truncated += 1
+            return ()
+        if scope in self._in_progress:
             return ()
         self._in_progress.add(scope)
+        truncated = self._truncated
         events: list[Event] = []
         for item in self._scope_items.get(scope, []):
             events.extend(self._events_at(item, depth))
         self._in_progress.discard(scope)
         result = tuple(events)
-        self._scope_events[scope] = result
+        if self._truncated == truncated:
+            # A scope first reached deep in a chain of calls (main -> run -> fit -> step) misses what lies past
+            # the depth limit there; it is kept only when complete, and computed again from nearer.
+            self._scope_events[scope] = result
         return result
 
     def _events_at(self, item: cst.CSTNode, depth: int) -> list[Event]:

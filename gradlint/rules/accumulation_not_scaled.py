@@ -39,7 +39,9 @@ class AccumulationNotScaled(Rule):
     Recognised accumulation: a step under `if (i + 1) % k == 0:` (or a flag bound from
     such a test, or a counter compared with k) while the backward runs on every
     iteration, and an inner micro-batch loop (`for micro_step in range(accum_steps):`,
-    `for chunk in batch.chunk(k):`) that backpropagates, with the step after it.
+    `for chunk in batch.chunk(k):`, or a `while` loop that counts its micro-batches up
+    to k: `while n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with
+    the step after it, also when the loop is in a helper and the step in its caller.
 
     Not reported: a loss divided by any constant (`loss / accum_steps`, `loss /
     len(micro_batches)`, `loss / total_tokens` counted before the loop, `loss * (1 / k)`,
@@ -49,6 +51,14 @@ class AccumulationNotScaled(Rule):
     (the privacy engine averages over the virtual batch), Lightning's `accumulate_grad_batches`,
     a step taken on every iteration (even under `if scheduler is not None:`), and GAN
     steps whose guarded branch has a backward of its own.
+
+    Dividing by a count of the micro-batch's own tokens or rows (`ce.sum() / mask.sum()`,
+    the mask of this micro-batch, in the loop or in the helper it calls) takes a mean
+    over that micro-batch: it is no scale for the accumulation, and such a loss is
+    reported when nothing else divides it by k. A loss divided only after its backward
+    (`loss_and_backward(micro) / n_micro`) is reported too: that changes what is logged,
+    not the gradients. A mask (`loss * loss_mask`) or a count of processes (`loss *
+    dist.get_world_size()`) weighs a loss and scales nothing.
 
     A `zero_grad()` inside the micro-batch loop (which keeps only the last micro-batch)
     belongs to GL002 missing-zero-grad; this rule stays quiet there.
@@ -62,9 +72,10 @@ class AccumulationNotScaled(Rule):
     Known problems
     A loss that comes from a call of another module is taken to be unscaled unless the
     call is handed k; a backward written in another module's helper is not judged. The
-    micro-batch loop is recognised by its names (`accum`, `micro`, `chunk`) or by
-    `chunk`/`split`. A loss with any scaled term (`ce / k + kl`) counts as scaled, and a
-    division by a loop count of an outer loop (`loss / epoch`) reads as a running count.
+    micro-batch loop is recognised by its names (`accum`, `micro`, `chunk`, in a `while`
+    loop's count or its bound) or by `chunk`/`split`. A loss with any scaled term (`ce /
+    k + kl`) counts as scaled, and a division by a loop count of an outer loop (`loss /
+    epoch`) reads as a running count. A mask is known by its name (`mask` in it).
     Whether a Trainer's model takes `**kwargs` is not known statically, and an override
     that takes `**kwargs` instead of `num_items_in_batch` is not checked.
 
