@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import libcst as cst
@@ -90,3 +91,16 @@ def test_field_order_is_source_order_where_declaration_order_is_not(kind: type[c
         cst.Module: ("header", "body", "footer"),
     }[kind]
     assert [name for name in fields if name in expected] == list(expected)
+
+
+def test_no_analysis_or_rule_walks_through_libcsts_visitor_protocol() -> None:
+    # `.children`, `.visit()` and the matchers' findall rebuild every node they pass: the
+    # analyses and rules walk with `tree` instead (fixes, which replace nodes, may use them).
+    walking = re.compile(r"\.children\b(?!\(\))|\.visit\(|CSTVisitor|CSTTransformer|findall\(|\bm\.matches\(")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted([*ROOT.glob("gradlint/analysis/*.py"), *ROOT.glob("gradlint/rules/*.py")])
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if walking.search(line) and not line.lstrip().startswith(("#", '"', "`"))
+    ]
+    assert offenders == []
