@@ -193,8 +193,11 @@ async def findings(ls: GradlintServer, uri: str) -> list[Diagnostic]:
 
 
 async def current_findings(ls: GradlintServer, uri: str, *, again: bool = False) -> list[Diagnostic] | None:
-    """The findings of the document's version now, from the last lint, one under way, or a new one (`again`:
-    always a new one); None if the document changed before they were known."""
+    """The findings of the document's version now; None if it changed before they were known.
+
+    They come from the last lint, from the lint of this version under way, or from a new
+    one (`again`: always a new one, after the config or a module it used changed).
+    """
     document = ls.workspace.get_text_document(uri)
     cached = ls.findings.get(uri)
     if not again and cached is not None and cached[0] == document.version:
@@ -219,10 +222,11 @@ async def _lint(ls: GradlintServer, taken: Snapshot) -> list[Diagnostic] | None:
         ls.last_error = str(error)
         result = [], set()
     else:
-        ls.last_error = None if result is not None else ls.last_error
-    document = ls.workspace.text_documents.get(taken.uri)
-    if result is None or document is None or document.version != taken.version:
-        return None  # closed or changed meanwhile: these findings are for no version the editor shows
+        if result is not None:
+            ls.last_error = None
+    # A document closed meanwhile reads from disk, with no version.
+    if result is None or ls.workspace.get_text_document(taken.uri).version != taken.version:
+        return None  # changed or closed meanwhile: these findings are for no version the editor shows
     found, ls.uses[taken.uri] = result
     ls.findings[taken.uri] = (taken.version, found)
     return found
