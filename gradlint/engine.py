@@ -24,7 +24,13 @@ from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import libcst as cst
+
     from gradlint.analysis.program import Program
+
+    Parser = Callable[[str], cst.Module]  # decoded text -> module, raising as `libcst.parse_module` does
 
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
@@ -104,21 +110,35 @@ def lint_source(
 
 
 def _lint(
-    source: str | bytes, path: str, config: Config | None, *, noqa: bool, prefilter: bool, program: Program | None
+    source: str | bytes,
+    path: str,
+    config: Config | None,
+    *,
+    noqa: bool,
+    prefilter: bool,
+    program: Program | None,
+    parse: Parser | None = None,
 ) -> tuple[list[Diagnostic], Uses]:
     """`lint_source`, and the other project modules its findings were judged with."""
     if program is None:
         return _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=None), {}
     reads = program.outlines.record()
     try:
-        found = _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=program)
+        found = _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=program, parse=parse)
     finally:
         program.outlines.stop(reads)
     return found, program.used(reads - {program.project.add_file(Path(path))})
 
 
 def _lint_alone_or_whole(
-    source: str | bytes, path: str, config: Config | None, *, noqa: bool, prefilter: bool, program: Program | None
+    source: str | bytes,
+    path: str,
+    config: Config | None,
+    *,
+    noqa: bool,
+    prefilter: bool,
+    program: Program | None,
+    parse: Parser | None = None,
 ) -> list[Diagnostic]:
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
@@ -141,7 +161,7 @@ def _lint_alone_or_whole(
     from gradlint import checking  # here: LibCST and the rules load only when a file needs them
 
     try:
-        module = checking.parse(text)
+        module = (parse or checking.parse)(text)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
         return _filter([_parse_error(path, text, error)], text, config, noqa)
     view = checking.module_program(program, path) if program is not None else None
@@ -178,10 +198,15 @@ def _new_program(outlines: Outlines, store: SummaryStore | None) -> Program:
 
 
 def lint_source_and_uses(
-    source: str | bytes, path: str, config: Config | None, program: Program
+    source: str | bytes, path: str, config: Config | None, program: Program, parse: Parser | None = None
 ) -> tuple[list[Diagnostic], Uses]:
-    """`lint_source` with `program`, and the other project modules its findings were judged with."""
-    return _lint(source, path, config, noqa=True, prefilter=True, program=program)
+    """`lint_source` with `program`, and the other project modules its findings were judged with.
+
+    `parse` (default `libcst.parse_module`) gives the module of the decoded text, for a
+    caller that parses successive versions of one file faster (`gradlint.incremental`);
+    it must return what a full parse returns. Which files are parsed stays decided here.
+    """
+    return _lint(source, path, config, noqa=True, prefilter=True, program=program, parse=parse)
 
 
 def lint_file(path: Path, config: Config | None = None, program: Program | None = None) -> list[Diagnostic]:

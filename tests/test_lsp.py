@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,8 +20,10 @@ from pygls.exceptions import JsonRpcMethodNotFound
 from pygls.lsp.client import LanguageClient
 from pygls.workspace import PositionCodec, Workspace
 
+from gradlint import lsp
 from gradlint.cli import main
-from gradlint.lsp import GradlintServer, code_action, did_open, publish, to_range
+from gradlint.engine import lint_source
+from gradlint.lsp import GradlintServer, code_action, did_open, hover, publish, to_range
 from gradlint.rules.loss_accumulation import LossAccumulation
 
 REPOSITORY = Path(__file__).parent.parent
@@ -169,7 +173,7 @@ class FakeServer(GradlintServer):
 def open_in(ls: FakeServer, path: Path, text: str) -> str:
     item = types.TextDocumentItem(uri=path.as_uri(), language_id="python", version=1, text=text)
     ls.workspace.put_text_document(item)  # what pygls does before calling did_open
-    did_open(ls, types.DidOpenTextDocumentParams(item))
+    asyncio.run(did_open(ls, types.DidOpenTextDocumentParams(item)))
     return item.uri
 
 
@@ -193,7 +197,7 @@ def test_a_broken_config_is_shown_once_and_lints_nothing(tmp_path: Path) -> None
     (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\nselect = 3\n")
     ls = FakeServer(tmp_path)
     uri = open_in(ls, tmp_path / "train.py", BUGGY)
-    publish(ls, uri)
+    asyncio.run(publish(ls, uri))
     assert [p.diagnostics for p in ls.published] == [[], []]
     [message] = ls.messages
     assert "'select' must be a list of strings" in message
@@ -210,7 +214,7 @@ def test_a_quick_fix_is_offered_only_when_it_passes_the_check_fix_makes(
         [diagnostic] = ls.published[-1].diagnostics
         context = types.CodeActionContext(diagnostics=[diagnostic])
         params = types.CodeActionParams(types.TextDocumentIdentifier(uri), diagnostic.range, context)
-        return [action.title for action in code_action(ls, params) if isinstance(action, types.CodeAction)]
+        return [action.title for action in asyncio.run(code_action(ls, params)) if isinstance(action, types.CodeAction)]
 
     ls = FakeServer(tmp_path)
     uri = open_in(ls, tmp_path / "train.py", EPOCHS)
@@ -379,7 +383,8 @@ def test_the_noqa_quick_fix_goes_where_the_engine_looks_for_it(tmp_path: Path) -
     [diagnostic] = ls.published[-1].diagnostics
     context = types.CodeActionContext(diagnostics=[diagnostic])
     params = types.CodeActionParams(types.TextDocumentIdentifier(uri), diagnostic.range, context)
-    [noqa] = [a for a in code_action(ls, params) if isinstance(a, types.CodeAction) and "noqa" in a.title]
+    actions = asyncio.run(code_action(ls, params))
+    [noqa] = [a for a in actions if isinstance(a, types.CodeAction) and "noqa" in a.title]
     assert noqa.edit is not None and noqa.edit.changes is not None
     [edit] = noqa.edit.changes[uri]
     continued = diagnostic.range.start.line + 1
@@ -435,6 +440,76 @@ def test_an_open_document_is_linted_again_when_a_module_it_imports_changes_on_di
         change = types.FileEvent(uri=(tmp_path / "helper.py").as_uri(), type=types.FileChangeType.Changed)
         editor.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[change]))
         assert await editor.diagnostics(caller, version=1) == []
+        await editor.stop()
+
+    run_editor(tmp_path, session)
+
+
+def edit_in(ls: FakeServer, uri: str, version: int, text: str) -> None:
+    """What pygls does on didChange before calling the handler."""
+    identifier = types.VersionedTextDocumentIdentifier(uri=uri, version=version)
+    ls.workspace.update_text_document(identifier, types.TextDocumentContentChangeWholeDocument(text=text))
+
+
+def test_a_lint_overtaken_by_an_edit_publishes_nothing_and_hover_is_answered_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ls = FakeServer(tmp_path)
+    uri = open_in(ls, tmp_path / "train.py", BUGGY)
+    other = open_in(ls, tmp_path / "other.py", BUGGY)
+    started, release = threading.Event(), threading.Event()
+    lint = lsp.lint_source_and_uses
+
+    def held(*arguments: Any, **options: Any) -> Any:
+        started.set()  # the lint is running in the worker, and stays there until released
+        assert release.wait(TIMEOUT)
+        return lint(*arguments, **options)
+
+    monkeypatch.setattr(lsp, "lint_source_and_uses", held)
+    fixed = BUGGY.replace("total += loss ", "total += loss.item() ")
+
+    async def session() -> None:
+        edit_in(ls, uri, 2, BUGGY.replace("# running sum", "# a running sum"))
+        overtaken = asyncio.ensure_future(publish(ls, uri))
+        assert await asyncio.to_thread(started.wait, TIMEOUT)
+        position = types.Position(line=LEAK_LINE, character=10)
+        answered = await asyncio.wait_for(
+            hover(ls, types.HoverParams(types.TextDocumentIdentifier(other), position)), 5
+        )
+        assert answered is not None  # the event loop answers while the worker lints
+        waiting = asyncio.ensure_future(hover(ls, types.HoverParams(types.TextDocumentIdentifier(uri), position)))
+        edit_in(ls, uri, 3, fixed)
+        latest = asyncio.ensure_future(publish(ls, uri))
+        release.set()
+        await asyncio.wait_for(asyncio.gather(overtaken, latest), TIMEOUT)
+        assert await asyncio.wait_for(waiting, TIMEOUT) is None  # the findings of version 3: none
+
+    asyncio.run(session())
+    assert [(p.uri, p.version, p.diagnostics) for p in ls.published[2:]] == [(uri, 3, [])]
+
+
+def test_a_burst_of_edits_never_publishes_an_older_version_after_a_newer_one(tmp_path: Path) -> None:
+    text = (REPOSITORY / "examples" / "gan_amp_training.py").read_text()
+    lines = text.splitlines(keepends=True)
+
+    async def session(editor: Editor) -> None:
+        uri = editor.open("train.py", text)
+        await editor.diagnostics(uri)
+        for burst in range(4):
+            for keystroke in range(8):  # back to back, then a pause about as long as a lint
+                line = (burst * 8 + keystroke) % len(lines)
+                lines[line] = lines[line].rstrip("\n") + " \n"
+                editor.change(uri, "".join(lines))
+            await asyncio.sleep(lsp.SETTLE_SECONDS + 0.05 * burst)
+        final = editor.versions[uri]
+        versions = []
+        while not versions or versions[-1] != final:
+            params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
+            versions.append(params.version)
+            found = params.diagnostics
+        assert versions == sorted(versions) and len(set(versions)) == len(versions)
+        expected = lint_source("".join(lines), str(editor.root / "train.py"))
+        assert [(d.code, d.range.start.line + 1) for d in found] == [(f.code, f.line) for f in expected]
         await editor.stop()
 
     run_editor(tmp_path, session)
