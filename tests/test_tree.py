@@ -104,3 +104,18 @@ def test_no_analysis_or_rule_walks_through_libcsts_visitor_protocol() -> None:
         if walking.search(line) and not line.lstrip().startswith(("#", '"', "`"))
     ]
     assert offenders == []
+
+
+def test_positions_are_libcsts_and_lines_its_code() -> None:
+    # ModuleAnalysis runs PositionProvider's codegen itself, without MetadataWrapper's extra walk.
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from gradlint.analysis import analyze
+    from gradlint.rule import LINE_BREAK
+
+    for path in [*ROOT.glob("examples/*.py"), *sorted(ROOT.glob("fixtures/**/*.py"))[:40]]:
+        module = cst.parse_module(path.read_text(encoding="utf-8"))
+        analysis = analyze(module)
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        assert dict(analysis.positions) == dict(expected), path
+        assert analysis.lines == LINE_BREAK.split(module.code), path

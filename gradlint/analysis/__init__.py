@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
+from typing import cast
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
@@ -65,12 +67,24 @@ class ModuleAnalysis:
     @cached_property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         """Where each node is in the source; resolved on first use, which only files with findings need."""
-        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._rendered[0]
 
     @cached_property
     def lines(self) -> list[str]:
         """The source's lines without their line breaks; `lines[n - 1]` is line n of a position."""
-        return LINE_BREAK.split(self.module.code)
+        return LINE_BREAK.split(self._rendered[1])
+
+    @cached_property
+    def _rendered(self) -> tuple[Mapping[cst.CSTNode, CodeRange], str]:
+        # What `MetadataWrapper(...).resolve(PositionProvider)` runs (`PositionProvider._gen_impl`:
+        # one position-recording codegen pass), keeping the code it writes, without the
+        # wrapper's second walk of the whole module (for batchable providers, of which there
+        # are none here), which rebuilt every node, nor a second codegen for `module.code`.
+        provider = PositionProvider()
+        module = self.module
+        state = PositionProvidingCodegenState(module.default_indent, module.default_newline, provider=provider)
+        module._codegen(state)
+        return cast(Mapping[cst.CSTNode, CodeRange], provider._computed), "".join(state.tokens)
 
     def in_test(self, node: cst.CSTNode) -> bool:
         """Whether `node` is in a test as pytest and unittest find them.

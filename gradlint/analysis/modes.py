@@ -87,7 +87,7 @@ class ModeSwitches:
         events: EventIndex,
         backpropagated: Backpropagated,
         rebinds: Callable[[Region, str], bool],
-        updated_models: Callable[[cst.BaseExpression], set[str]],
+        updated_models: Callable[[cst.BaseExpression], frozenset[str]],
     ) -> None:
         self.collected = collected
         self.events = events
@@ -193,7 +193,7 @@ class ModeSwitches:
         for event in self.events.scope_events(scope):
             if event.kind is not Kind.STEP or (loop is not None and loop not in event.loops):
                 continue
-            found = self.updated_models(event.value) if event.value is not None else set()
+            found = self.updated_models(event.value) if event.value is not None else frozenset()
             if not found:
                 return None
             models |= found

@@ -145,6 +145,7 @@ class EventIndex:
         self._methods = self._index_methods()
         self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
         self._views: dict[cst.Call, cst.Call] = {}
+        self._classes: dict[str, set[str]] = {}  # possible_classes, by receiver name
         for function in reversed(self.functions):  # the first definition of a name wins
             scope = collected.def_scopes[function]
             if isinstance(scope, cst.FunctionDef):
@@ -202,8 +203,8 @@ class EventIndex:
         if not isinstance(func, cst.Attribute):
             return None
         key = dotted_name(func.value)
-        if key is None or not any(isinstance(value, cst.Call) for value in self.roles.values.get(key, ())):
-            return None  # never built by a call in this module: nothing to look up
+        if key is None or not self.possible_classes(call):
+            return None  # never built by a call of a named class in this module: nothing to look up
         built = self._reaching_values(key, at or call)
         if built is None:
             built = self.roles.values.get(key, [])
@@ -237,8 +238,14 @@ class EventIndex:
         """Every class `obj` is built from anywhere in the module, for `obj.method(...)` (an over-approximation)."""
         func = call.func
         key = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
-        built = self.roles.values.get(key, []) if key is not None else []
-        return {name for value in built if isinstance(value, cst.Call) and (name := dotted_name(value.func))}
+        if key is None:
+            return set()
+        if key not in self._classes:  # by name: a module may bind `model` in every one of 200 functions
+            built = self.roles.values.get(key, [])
+            self._classes[key] = {
+                name for value in built if isinstance(value, cst.Call) and (name := dotted_name(value.func))
+            }
+        return set(self._classes[key])
 
     def _reaching_values(self, key: str, call: cst.Call) -> list[cst.BaseExpression] | None:
         statement = self.collected.statement_of.get(call)

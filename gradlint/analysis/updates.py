@@ -46,14 +46,19 @@ class Updates:
         self.roles = roles
         self.origins = origins
         self.branches = branches
+        self._updated: dict[str, frozenset[str]] = {}
 
     def builds_optimizers(self) -> bool:
         """Whether the module builds an optimizer (`Adam(D.parameters())`), which a step can be traced to."""
         return any(self.roles.role_of_value(call) is Role.OPTIMIZER for call in self.collected.calls)
 
-    def updated_models(self, optimizer: cst.BaseExpression) -> set[str]:
+    def updated_models(self, optimizer: cst.BaseExpression) -> frozenset[str]:
         """The models whose parameters `optimizer` was built on: `Adam(D.parameters())`, param groups, sums."""
-        models = set()
+        # By name: every optimizer of the module called `optimizer` has the same constructors.
+        key = dotted_name(optimizer)
+        if key is not None and key in self._updated:
+            return self._updated[key]
+        models: set[str] = set()
         for constructor in self.roles.constructors(optimizer):
             for node in _calls_in(constructor):
                 func = node.func
@@ -61,7 +66,9 @@ class Updates:
                     model = dotted_name(func.value)
                     if model is not None:
                         models.add(model)
-        return models
+        if key is not None:
+            self._updated[key] = frozenset(models)
+        return frozenset(models)
 
     def stale(self, step: TrainingStep) -> list[StaleWeights]:
         """Backwards of `step` whose loss was computed through a model an optimizer stepped since."""
