@@ -13,6 +13,12 @@ A forward inside `with torch.profiler.profile(...)` or `record_function(...)` is
 alone: a profile measures the code as written, grad mode included (and a compiled
 model recompiles under a new grad mode).
 
+A region opened by a switch that runs only for some value of a parameter of its function
+(`if is_train: model.train()` / `else: model.eval()`, `if mode == "val": model.eval()`)
+is judged for that value: what runs only for another one (`if is_train: loss.backward()`)
+is not part of it, so one function that trains or validates by a flag evaluates with
+autograd recording when its validation forward is not under no_grad.
+
 A region that backpropagates, steps, calls `torch.autograd.grad`, asks for gradients
 (`x.requires_grad_()`, `x.requires_grad = True`, `torch.enable_grad()`) or switches the
 grad mode by a plain call (`torch.set_grad_enabled(False)`) wants, or may want,
@@ -39,7 +45,7 @@ from gradlint.analysis.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
-from gradlint.analysis.steps import EventIndex
+from gradlint.analysis.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
 from gradlint.analysis.tree import descendants
 from gradlint.analysis.values import GradValues
 
@@ -66,6 +72,12 @@ class Region:
     start: int
     end: int
     over_loader: bool  # only loops over a loader count (a function found by its shape)
+    phase: tuple[tuple[str, bool | Given], ...] = ()  # the parameter values under which the switch runs
+
+    @property
+    def off(self) -> dict[str, bool | Given]:
+        """The phase as `runs_when_off` reads it: parameter -> None (True), False (False) or a literal."""
+        return dict(self.phase)
 
 
 class Evaluation:
@@ -85,6 +97,7 @@ class Evaluation:
         self.values = values
         self.callers = callers
         self.forwards = ForwardCalls(collected, roles, events)
+        self._exits: dict[Region, list[int]] = {}
 
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
@@ -173,8 +186,12 @@ class Evaluation:
         found = []
         for call in calls:
             if self._switches_model(call, to_eval=True):
-                ends = [order[other] for other in calls if order[other] > order[call] and self._switches_model(other)]
-                found.append(Region(scope, order[call], min(ends, default=END), over_loader=False))
+                # A switch back that runs only in another phase (the `else: model.train()`) ends nothing.
+                phased = Region(scope, order[call], END, over_loader=False, phase=self._phase_of(call))
+                ends = [
+                    order[other] for other in calls if self._switches_model(other) and self._in_region(phased, other)
+                ]
+                found.append(Region(scope, order[call], min(ends, default=END), over_loader=False, phase=phased.phase))
         if not found and isinstance(scope, cst.FunctionDef) and self._evaluates_by_shape(scope):
             found.append(Region(scope, 0, END, over_loader=True))
         return found
@@ -219,27 +236,60 @@ class Evaluation:
         return any(self.roles.role(name) in (Role.OPTIMIZER, Role.SCALER) for name in names)
 
     def _wants_gradients(self, region: Region) -> bool:
-        order = self.collected.order
         for event in self.events.scope_events(region.scope):
-            if region.start < order[event.site] < region.end:
+            if self._in_region(region, event.site):
                 return True
         for call in self.collected.calls_in_scope(region.scope):
-            if region.start < order[call] < region.end and _asks_for_gradients(call):
+            if self._in_region(region, call) and _asks_for_gradients(call):
                 return True
         return any(
             _enables_requires_grad(statement)
             for statement in self.collected.statements_in_scope(region.scope)
-            if region.start < order[statement] < region.end
+            if self._in_region(region, statement)
         )
 
+    def _in_region(self, region: Region, node: cst.CSTNode) -> bool:
+        """Whether `node` of the region's scope lies in it and runs in its phase."""
+        if not region.start < self.collected.order[node] < region.end:
+            return False
+        if not region.phase or not isinstance(region.scope, cst.FunctionDef):
+            return True
+        if region not in self._exits:
+            self._exits[region] = self.events.exits_without(region.scope, region.off)
+        return not self.events.needs_any(node, self.collected.contexts[node].ifs, region.off, self._exits[region])
+
+    def _phase_of(self, switch: cst.Call) -> tuple[tuple[str, bool | Given], ...]:
+        """The parameter values for which `switch`, inside `if`s testing them, runs; () when unconditional or unknown.
+
+        Ex) `if is_train: ... else: model.eval()` runs for `is_train=False`.
+        """
+        context = self.collected.contexts[switch]
+        function = context.function
+        branches = [branch for branch in context.ifs if isinstance(branch, cst.If)]
+        if function is None or context.scope is not function or not branches:
+            return ()
+        params = {param.name.value for param in _parameters(function)}
+        phase: dict[str, bool | Given] = {}
+        for branch in branches:
+            phase.update(_value_entering(branch.test, self.collected.in_body(branch, switch), params))
+        if not phase:
+            return ()
+        for branch in branches:
+            runs = runs_when_off(branch.test, phase)
+            if runs is not None and runs != self.collected.in_body(branch, switch):
+                return ()
+        sites = self.callers.call_sites(function)
+        if sites and not any(_may_pass(function, site, phase) for site in sites):
+            return ()  # every call of the module trains: `run(model, loader, opt, train=True)`
+        return tuple(sorted(phase.items(), key=lambda item: item[0]))
+
     def _forwards_in(self, region: Region) -> list[cst.Call]:
-        order = self.collected.order
         found = []
         for call in self.collected.calls_in_scope(region.scope):
             context = self.collected.contexts[call]
             if not context.loops or context.profiled:
                 continue  # a profiled forward is measured as written, grad mode included
-            if not region.start < order[call] < region.end:
+            if not self._in_region(region, call):
                 continue
             if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
                 continue
@@ -254,6 +304,48 @@ class Evaluation:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
         sites = self.callers.call_sites(context.function) if context.function is not None else []
         return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
+
+
+def _parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    params = function.params
+    return [*params.posonly_params, *params.params, *params.kwonly_params]
+
+
+def _may_pass(function: cst.FunctionDef, site: cst.Call, phase: dict[str, bool | Given]) -> bool:
+    """Whether `site` may call `function` with the parameter values of `phase` (a literal elsewhere rules it out)."""
+    given = switched_off_at(function, site)
+    arguments = arguments_of(function, site)
+    for name, value in phase.items():
+        if name in given:
+            if isinstance(value, Given) != isinstance(given[name], Given) or (
+                isinstance(value, Given) and value != given[name]
+            ):
+                return False
+        elif isinstance(arguments.get(name), (cst.Name, cst.SimpleString, cst.Integer)):
+            argument = arguments[name]
+            if not isinstance(argument, cst.Name) or argument.value == "True":
+                return False  # True, or another literal than the phase's
+    return True
+
+
+def _value_entering(test: cst.BaseExpression, in_body: bool, params: set[str]) -> dict[str, bool | Given]:
+    """The value of a parameter under which the body (or else arm) of `if test` runs, when `test` shows one."""
+    # Ex) else arm of `if is_train:` / body of `if not is_train:` -> is_train is False
+    if isinstance(test, cst.Name) and test.value in params and not in_body:
+        return {test.value: False}
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and in_body:
+        negated = test.expression
+        return {negated.value: False} if isinstance(negated, cst.Name) and negated.value in params else {}
+    # Ex) body of `if mode == "val":`
+    if not in_body or not isinstance(test, cst.Comparison) or not isinstance(test.left, cst.Name):
+        return {}
+    if test.left.value not in params or len(test.comparisons) != 1:
+        return {}
+    operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.Equal) and isinstance(comparator, (cst.SimpleString, cst.Integer)):
+        literal = comparator.evaluated_value
+        return {test.left.value: Given(literal)} if isinstance(literal, (str, int)) else {}
+    return {}
 
 
 def _asks_for_gradients(call: cst.Call) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from gradlint.analysis import Event, Kind, Role, TrainingStep
+from gradlint.analysis import Event, Kind, ModuleAnalysis, Role, TrainingStep
 from gradlint.analysis.frameworks import automatic_training_steps
 from gradlint.analysis.names import last_name
 from gradlint.fixes import insert_before
@@ -40,6 +40,11 @@ class ClipOrder(Rule):
     effectively stops. Call `scaler.unscale_(optimizer)` between `backward()` and the
     clip; `scaler.step(optimizer)` then knows they are unscaled.
 
+    A helper that backpropagates and leaves the step to its callers (a multi-task
+    weighting's `backward(losses)`) is judged on its own: a clip that comes before its
+    backward on every path, with no backward before it (round its loops included),
+    clips gradients the helper has not computed yet.
+
     Clipping with the optimizer step inside the accumulation `if`, and Accelerate's
     `accelerator.clip_grad_norm_` after `accelerator.backward(loss)`, are fine.
 
@@ -49,7 +54,10 @@ class ClipOrder(Rule):
     `Trainer(gradient_clip_val=...)`; with manual optimization, after `manual_backward`.
 
     Known problems
-    A clip done in a helper of another module is not seen.
+    A clip done in a helper of another module is seen where that helper is called in a
+    training step, or in the helper's own module when it backpropagates itself. A
+    helper whose backward runs under a condition the clip does not share
+    (`clip(); if do_backward: loss.backward()`) is not reported.
 
     Fix safety
     Safe where offered: `scaler.unscale_(optimizer)` is inserted before the clip only when
@@ -66,7 +74,8 @@ class ClipOrder(Rule):
     code = "GL007"
     name = "clip-order"
     message = "gradients are clipped before this step's backward(), so the new gradients are not clipped"
-    requires = (b"clip_grad", (b"backward", b"training_step"), b"step")
+    # No `step`: a helper that clips and backpropagates leaves the step to its callers.
+    requires = (b"clip_grad", (b"backward", b"training_step"))
     example = """
         for x, y in loader:
             optimizer.zero_grad()
@@ -84,21 +93,68 @@ class ClipOrder(Rule):
             optimizer.step()
     """
 
+    def __init__(self, analysis: ModuleAnalysis) -> None:
+        super().__init__(analysis)
+        self.helper_clips: set[cst.CSTNode] = set()
+
     def check_module(self) -> None:
         # Lightning runs backward on what training_step returns, after training_step returns.
-        for function in automatic_training_steps(self.analysis.collected):
+        automatic = automatic_training_steps(self.analysis.collected)
+        for function in automatic:
             for clip in self.analysis.events.scope_events(function):
                 if clip.kind is Kind.CLIP and not _measures_only(clip.node):
                     where = self.analysis.events.call_toward(function, clip.node) or clip.site
                     self.report(
                         where, LIGHTNING, related=[(function, "Lightning backpropagates the returned loss after this")]
                     )
+        for function in self.analysis.collected.functions:
+            if function not in automatic:
+                self._check_backward_helper(self.analysis.events.scope_events(function))
+
+    def _check_backward_helper(self, events: tuple[Event, ...]) -> None:
+        """A function that backpropagates and leaves the step to its callers, clipping before its backward.
+
+        Ex) def backward(self, losses): clip_grad_norm_(params, 1.0); self.combine(losses).backward()
+        """
+        if any(event.kind is Kind.STEP for event in events):
+            return  # a training step of its own: judged by check_step
+        for index, clip in enumerate(events):
+            if clip.kind is not Kind.CLIP or not clip.direct or _measures_only(clip.node):
+                continue
+            following = self._backward_on_every_path(clip, events[:index], events[index + 1 :])
+            if following is not None:
+                backward_call = self.analysis.code(following.site)
+                named = f"gradients are clipped before `{backward_call}`, so the new gradients are not clipped"
+                self.helper_clips.add(clip.node)
+                self.report(clip.node, named, related=[(following.site, "the gradients are computed only here")])
+
+    def _backward_on_every_path(self, clip: Event, before: tuple[Event, ...], after: tuple[Event, ...]) -> Event | None:
+        """The backward that follows `clip` whenever it runs, with none before it (round its loops included)."""
+        branches = self.analysis.branches
+        backwards = [event for event in (*before, *after) if event.kind is Kind.BACKWARD]
+        if any(event in before and not branches.exclusive(event, clip) for event in backwards):
+            return None
+        if any(set(event.loops) & set(clip.loops) for event in backwards):
+            return None  # the previous iteration's backward comes before the clip
+        for event in after:
+            if event.kind is Kind.BACKWARD and self._runs_with(event, clip):
+                return event
+        return None
+
+    def _runs_with(self, event: Event, clip: Event) -> bool:
+        """Whether `event` runs whenever `clip` does: every `if` around it also holds the clip, in the same arm."""
+        branches = self.analysis.branches
+        return all(
+            branch in clip.ifs and branches.branch_of(branch, event.site) is branches.branch_of(branch, clip.node)
+            for branch in event.ifs
+            if isinstance(branch, cst.If)
+        )
 
     def check_step(self, step: TrainingStep) -> None:
         cyclic = not isinstance(step.node, cst.FunctionDef)
         for clip in step.of_kind(Kind.CLIP):
-            if _measures_only(clip.node):
-                continue
+            if _measures_only(clip.node) or clip.node in self.helper_clips:
+                continue  # a helper's own clip before its backward is reported once, in the helper
             index = step.events.index(clip)
             # Events in the other branch of an `if` (`if use_amp: ... else: ...`) never run with this clip.
             exclusive = self.analysis.branches.exclusive

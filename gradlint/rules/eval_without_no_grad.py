@@ -24,15 +24,21 @@ class EvalWithoutNoGrad(Rule):
 
     Evaluation code is a loop after `model.eval()` (up to the next
     `model.train()`), or a function that runs the model over a loader and never
-    backpropagates, steps or touches an optimizer. The first model call of each loop is
-    reported.
+    backpropagates, steps or touches an optimizer. A function that trains or validates
+    by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, the
+    backward under `if is_train:`) is evaluation code for the flag's validation value,
+    unless every call of the module passes the training one. The first model call of
+    each loop is reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions, Lightning's
     `validation_step`/`test_step`/`predict_step`, training code, and code that wants
     gradients with respect to the inputs (saliency maps, adversarial examples:
     `x.requires_grad_()`, `torch.autograd.grad`) are fine and not reported.
 
     Known problems
-    A `no_grad` context entered by a caller in another module is not seen.
+    A `no_grad` context entered by a caller in another module is not seen. A flag is
+    followed only when it is a parameter of the function tested directly
+    (`if is_train`, `if not is_train`, `if mode == "val"`), not through a local copy or
+    into a helper that receives it.
 
     Fix safety
     Unsafe: code of other modules that the evaluation calls might need gradients. The

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from gradlint.analysis import Event, Kind
+from gradlint.analysis.accumulation import Accumulations
 from gradlint.analysis.frameworks import automatic_training_steps
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.values import names_in
@@ -26,14 +29,18 @@ class LossAccumulation(Rule):
     activation the forward pass saved. `total_loss += loss` or `losses.append(loss)` in
     a training loop chains each step's graph onto the accumulator, so memory grows with
     every step until `CUDA out of memory`. Use `loss.item()` (a Python float) or
-    `loss.detach()` (a tensor without history) for logging.
+    `loss.detach()` (a tensor without history) for logging. Storing each step's loss by
+    index into a list or dict made before the loop (`history[step] = loss`, the index
+    counting the iterations) keeps the graphs the same way; a fixed window
+    (`recent[step % k] = loss`) does not grow.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
     anything computed under `torch.no_grad()`.
 
     Known problems
-    Values returned by functions of other modules are assumed to carry no graph.
+    Values returned by functions of other modules are assumed to carry no graph. An
+    index store inside a tuple target (`history[i], cost = step()`) is not followed.
 
     Fix safety
     Safe, and offered only on proof. `.detach()` is appended only to a value the source
@@ -81,6 +88,12 @@ class LossAccumulation(Rule):
         # Ex) running = running + loss  /  preds = torch.cat([preds, logits])
         if len(node.targets) != 1:
             return
+        target = node.targets[0].target
+        if isinstance(target, cst.Subscript):
+            # Ex) losses[step] = loss: a new entry every iteration, as `losses.append(loss)` makes
+            if self._indexed_per_iteration(target, node):
+                self._check(node, _container_key(target), node.value)
+            return
         key = dotted_name(node.targets[0].target)
         added = _added_to(node.value, key) if key else None
         if added is not None:
@@ -100,6 +113,24 @@ class LossAccumulation(Rule):
             container = _container_key(call.func.value)
             value, attribute = kept
             self._check(node, container, value, f"{container}.{attribute}" if container else None)
+
+    def _indexed_per_iteration(self, target: cst.Subscript, statement: cst.Assign) -> bool:
+        """Whether the index counts the iterations of an enclosing loop (`i`, `i + 1`; not `i % k`, a ring)."""
+        if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+            return False
+        index = target.slice[0].slice.value
+        if isinstance(index, cst.BinaryOperation):
+            if not isinstance(index.operator, (cst.Add, cst.Subtract)) or not isinstance(index.right, cst.Integer):
+                return False
+            index = index.left
+        loops = self.analysis.context(statement).loops
+        return isinstance(index, cst.Name) and self.counters.is_counter(index, loops)
+
+    @cached_property
+    def counters(self) -> Accumulations:
+        """Which names count a loop's iterations."""
+        analysis = self.analysis
+        return Accumulations(analysis.collected, analysis.events, analysis.origins)
 
     def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> tuple[cst.BaseExpression, str] | None:
         """The graph-carrying argument a same-module method adds or appends to an attribute of its object,
