@@ -353,7 +353,7 @@ class EventIndex:
             return None  # gradients live in a distributed autograd context, no clearing needed
         retain = _is_true(_keyword(call, "retain_graph"))
         is_function = resolved.endswith("autograd.backward") or receiver is None
-        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver):
+        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver, call):
             return Kind.BACKWARD, _first_arg(call), False, retain
         if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale":
             scaled = _first_arg(receiver)
@@ -775,6 +775,16 @@ def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:
     return node
 
 
-def _is_wrapper(receiver: cst.BaseExpression | None) -> bool:
+def _is_wrapper(receiver: cst.BaseExpression | None, call: cst.Call) -> bool:
+    """Whether `receiver.backward(...)` backpropagates its argument rather than `receiver` itself."""
     # accelerator.backward(loss), fabric.backward(loss), engine.backward(loss), amp handles
-    return receiver is not None and last_name(receiver) in ("accelerator", "fabric", "engine", "model_engine")
+    if receiver is None:
+        return False
+    name = last_name(receiver) or ""
+    if name in ("accelerator", "fabric", "engine", "model_engine"):
+        return True
+    # weighting.backward(losses), self.balancer.backward(loss): a helper object given the loss.
+    # A tensor's own `backward(gradient)` is given a gradient, not a loss.
+    first = _first_arg(call)
+    given = (last_name(first) or "") if first is not None else ""
+    return "loss" in given.lower() and "loss" not in name.lower()
