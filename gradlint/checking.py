@@ -11,6 +11,7 @@ from pathlib import Path
 import libcst as cst
 
 from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.analysis.positions import WrittenStatements
 from gradlint.analysis.program import ModuleProgram, Program
 from gradlint.analysis.summaries import ModuleSummary, summarize
 from gradlint.cache import SummaryStore
@@ -40,20 +41,22 @@ def run_rules(
     program: ModuleProgram | None = None,
     more: list[type[Rule]] | None = None,
     source: bytes = b"",
+    written: WrittenStatements | None = None,
 ) -> list[Diagnostic]:
     """The sorted findings of `rules` on `module`; a failing rule gives GL999 and the others still run.
 
     With `program`, calls into the project's other modules are judged by their summaries,
     and the rules of `more` (which the file's own text gave no reason to run) run too when
     the module's `source` and the code its calls run in other modules hold what they need
-    (`requires`).
+    (`requires`). `written`: the top-level statements of the file's previous version,
+    written out (`gradlint.incremental`).
     """
     more = more or []
     wanted = frozenset(
         name[len("visit_") :] for rule in (*rules, *more) for name in dir(rule) if name.startswith("visit_")
     )
     try:
-        analysis = analyze(module, wanted, program)
+        analysis = analyze(module, wanted, program, written)
     except RecursionError:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if not analysis.is_torch_code:

@@ -24,13 +24,8 @@ from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    import libcst as cst
-
     from gradlint.analysis.program import Program
-
-    Parser = Callable[[str], cst.Module]  # decoded text -> module, raising as `libcst.parse_module` does
+    from gradlint.incremental import IncrementalParser
 
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
@@ -117,14 +112,16 @@ def _lint(
     noqa: bool,
     prefilter: bool,
     program: Program | None,
-    parse: Parser | None = None,
+    parser: IncrementalParser | None = None,
 ) -> tuple[list[Diagnostic], Uses]:
     """`lint_source`, and the other project modules its findings were judged with."""
     if program is None:
         return _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=None), {}
     reads = program.outlines.record()
     try:
-        found = _lint_alone_or_whole(source, path, config, noqa=noqa, prefilter=prefilter, program=program, parse=parse)
+        found = _lint_alone_or_whole(
+            source, path, config, noqa=noqa, prefilter=prefilter, program=program, parser=parser
+        )
     finally:
         program.outlines.stop(reads)
     return found, program.used(reads - {program.project.add_file(Path(path))})
@@ -138,7 +135,7 @@ def _lint_alone_or_whole(
     noqa: bool,
     prefilter: bool,
     program: Program | None,
-    parse: Parser | None = None,
+    parser: IncrementalParser | None = None,
 ) -> list[Diagnostic]:
     config = config or Config()
     data = source.encode("utf-8") if isinstance(source, str) else source
@@ -161,13 +158,14 @@ def _lint_alone_or_whole(
     from gradlint import checking  # here: LibCST and the rules load only when a file needs them
 
     try:
-        module = (parse or checking.parse)(text)
+        module = parser.parse(text) if parser is not None else checking.parse(text)
     except Exception as error:  # noqa: BLE001  (any parser failure is reported, not raised)
         return _filter([_parse_error(path, text, error)], text, config, noqa)
     view = checking.module_program(program, path) if program is not None else None
     try:
         loaded, more = [rule.load() for rule in rules], [rule.load() for rule in rest] if view is not None else []
-        diagnostics = checking.run_rules(module, loaded, path, view, more, data)
+        written = parser.written if parser is not None else None
+        diagnostics = checking.run_rules(module, loaded, path, view, more, data, written)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     return _filter(diagnostics, text, config, noqa)
@@ -198,15 +196,15 @@ def _new_program(outlines: Outlines, store: SummaryStore | None) -> Program:
 
 
 def lint_source_and_uses(
-    source: str | bytes, path: str, config: Config | None, program: Program, parse: Parser | None = None
+    source: str | bytes, path: str, config: Config | None, program: Program, parser: IncrementalParser | None = None
 ) -> tuple[list[Diagnostic], Uses]:
     """`lint_source` with `program`, and the other project modules its findings were judged with.
 
-    `parse` (default `libcst.parse_module`) gives the module of the decoded text, for a
-    caller that parses successive versions of one file faster (`gradlint.incremental`);
-    it must return what a full parse returns. Which files are parsed stays decided here.
+    `parser` (default: `libcst.parse_module` each time) parses successive versions of one
+    file, reusing what an edit left alone, parse and positions (`gradlint.incremental`);
+    it gives what a full parse gives. Which files are parsed stays decided here.
     """
-    return _lint(source, path, config, noqa=True, prefilter=True, program=program, parse=parse)
+    return _lint(source, path, config, noqa=True, prefilter=True, program=program, parser=parser)
 
 
 def lint_file(path: Path, config: Config | None = None, program: Program | None = None) -> list[Diagnostic]:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from gradlint.analysis.positions import WrittenStatements
+
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement  # what a module's body holds
 
 
@@ -27,6 +29,9 @@ class IncrementalParser:
         # The code of the module's header, of each top-level statement and of its footer,
         # which concatenated give the last text parsed.
         self._pieces: list[str] = []
+        # The last module's top-level statements written out with their positions: an edit
+        # leaves most of them, and only the others are written out again (`analysis.positions`).
+        self.written = WrittenStatements()
 
     def parse(self, text: str) -> cst.Module:
         """The module `text` holds, equal to `libcst.parse_module(text)`; raises what that raises."""

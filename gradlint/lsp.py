@@ -141,9 +141,9 @@ def lint_snapshot(ls: GradlintServer, taken: Snapshot) -> tuple[list[Diagnostic]
         return None
     config = ls.config_for(taken.path)  # first: a broken config raises before any module is read
     program = _program(ls, taken)
-    parse = ls.parsers.setdefault(taken.uri, IncrementalParser()).parse if INCREMENTAL else None
+    parser = ls.parsers.setdefault(taken.uri, IncrementalParser()) if INCREMENTAL else None
     data = taken.source.encode(declared_encoding(taken.source))
-    found, uses = lint_source_and_uses(data, str(taken.path), config, program, parse)
+    found, uses = lint_source_and_uses(data, str(taken.path), config, program, parser)
     return found, {Path(used).resolve() for used, _, _ in uses.values()}
 
 

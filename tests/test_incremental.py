@@ -194,19 +194,21 @@ def samples() -> list[Path]:
 def test_findings_after_a_series_of_edits_equal_a_full_lint(path: Path, tmp_path: Path) -> None:
     chooser = random.Random(path.name)
     target = tmp_path / path.name
-    parser = IncrementalParser()
     parsed: list[cst.Module] = []
 
-    def parse(text: str) -> cst.Module:
-        parsed.append(parser.parse(text))
-        return parsed[-1]
+    class Recording(IncrementalParser):
+        def parse(self, text: str) -> cst.Module:
+            parsed.append(super().parse(text))
+            return parsed[-1]
+
+    parser = Recording()
 
     lines = path.read_text().splitlines(keepends=True)
     for _ in range(12):
         edited = mutate(lines, chooser)
         data = "".join(edited).encode()
         program = whole_program([target], overlay={target: data})
-        incremental = lint_source_and_uses(data, str(target), None, program, parse)
+        incremental = lint_source_and_uses(data, str(target), None, program, parser)
         full = lint_source_and_uses(data, str(target), None, whole_program([target], overlay={target: data}))
         assert incremental == full
         if not any(finding.code == "GL000" for finding in full[0]):
@@ -235,3 +237,27 @@ def test_random_edits_of_every_example_give_a_full_parse() -> None:
             assert module.deep_equals(expected)
             spliced += reused(previous, module) > 0
     assert spliced > 200  # most edits are spliced, not parsed in full
+
+
+def test_positions_reuse_the_statements_an_edit_left_and_equal_libcsts() -> None:
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from gradlint.analysis.positions import ModulePositions
+
+    source = (REPOSITORY / "examples" / "train_classifier.py").read_text()
+    parser = IncrementalParser()
+    first = parser.parse(source)
+    ModulePositions(first, parser.written)  # writes every statement out once
+    style = (first.default_indent, first.default_newline)
+    before = {statement: parser.written.get(statement, style) for statement in first.body}
+    # An edit in the middle that adds two lines: the statements after it move down.
+    middle = len(first.body) // 2
+    anchor = first.code_for_node(first.body[middle])
+    edited = source.replace(anchor, "# one\n# two\n" + anchor, 1)
+    second = parser.parse(edited)
+    positions = ModulePositions(second, parser.written)
+    expected = MetadataWrapper(second, unsafe_skip_copy=True).resolve(PositionProvider)
+    assert dict(positions) == dict(expected)
+    assert positions.code == edited
+    kept = [statement for statement in second.body if statement in before]
+    assert kept and all(parser.written.get(statement, style) is before[statement] for statement in kept)

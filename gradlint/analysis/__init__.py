@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import cast
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
@@ -27,6 +23,7 @@ from gradlint.analysis.mutations import Mutations
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
+from gradlint.analysis.positions import ModulePositions, WrittenStatements
 from gradlint.analysis.program import Callee, ModuleProgram
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
@@ -53,8 +50,15 @@ class OutsideUpdate:
 class ModuleAnalysis:
     """Facts about one parsed module, computed once and shared by every rule."""
 
-    def __init__(self, module: cst.Module, collected: Collected, program: ModuleProgram | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        collected: Collected,
+        program: ModuleProgram | None = None,
+        written: WrittenStatements | None = None,
+    ) -> None:
         self.module = module
+        self.written = written  # the statements of this document's last version, for `positions`
         self.collected = collected
         self.imports = collected.imports
         self.program = program
@@ -65,26 +69,14 @@ class ModuleAnalysis:
         self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
 
     @cached_property
-    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+    def positions(self) -> ModulePositions:
         """Where each node is in the source; resolved on first use, which only files with findings need."""
-        return self._rendered[0]
+        return ModulePositions(self.module, self.written)
 
     @cached_property
     def lines(self) -> list[str]:
         """The source's lines without their line breaks; `lines[n - 1]` is line n of a position."""
-        return LINE_BREAK.split(self._rendered[1])
-
-    @cached_property
-    def _rendered(self) -> tuple[Mapping[cst.CSTNode, CodeRange], str]:
-        # What `MetadataWrapper(...).resolve(PositionProvider)` runs (`PositionProvider._gen_impl`:
-        # one position-recording codegen pass), keeping the code it writes, without the
-        # wrapper's second walk of the whole module (for batchable providers, of which there
-        # are none here), which rebuilt every node, nor a second codegen for `module.code`.
-        provider = PositionProvider()
-        module = self.module
-        state = PositionProvidingCodegenState(module.default_indent, module.default_newline, provider=provider)
-        module._codegen(state)
-        return cast(Mapping[cst.CSTNode, CodeRange], provider._computed), "".join(state.tokens)
+        return LINE_BREAK.split(self.positions.code)
 
     def in_test(self, node: cst.CSTNode) -> bool:
         """Whether `node` is in a test as pytest and unittest find them.
@@ -353,13 +345,17 @@ class ModuleAnalysis:
 
 
 def analyze(
-    module: cst.Module, wanted_types: frozenset[str] = frozenset(), program: ModuleProgram | None = None
+    module: cst.Module,
+    wanted_types: frozenset[str] = frozenset(),
+    program: ModuleProgram | None = None,
+    written: WrittenStatements | None = None,
 ) -> ModuleAnalysis:
     """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules.
 
-    With `program`, calls into other modules of the project are judged by their summaries.
+    With `program`, calls into other modules of the project are judged by their summaries;
+    `written` holds the top-level statements of an earlier version already written out.
     """
-    return ModuleAnalysis(module, collect(module, wanted_types), program)
+    return ModuleAnalysis(module, collect(module, wanted_types), program, written)
 
 
 def _is_test_class(owner: cst.ClassDef) -> bool:
