@@ -9,7 +9,7 @@ the calls that do not give it: `loss_batch(model, loss_fn, xb, yb)` evaluates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -146,6 +146,7 @@ class EventIndex:
         self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
         self._views: dict[cst.Call, cst.Call] = {}
         self._classes: dict[str, set[str]] = {}  # possible_classes, by receiver name
+        self._only_class: dict[str, str | None] = {}  # instance_class where no assignment reaches, by name
         for function in reversed(self.functions):  # the first definition of a name wins
             scope = collected.def_scopes[function]
             if isinstance(scope, cst.FunctionDef):
@@ -207,12 +208,10 @@ class EventIndex:
             return None  # never built by a call of a named class in this module: nothing to look up
         built = self._reaching_values(key, at or call)
         if built is None:
-            built = self.roles.values.get(key, [])
-        classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
-        if len(classes) != 1 or None in classes:
-            return None  # `obj` holds instances of one class wherever it is bound
-        (name,) = classes
-        return name
+            if key not in self._only_class:  # by name, like `possible_classes`
+                self._only_class[key] = _one_class(self.roles.values.get(key, []))
+            return self._only_class[key]
+        return _one_class(built)
 
     def call_view(self, call: cst.Call) -> cst.Call:
         """What `call` runs, written out, when its callee is a name bound to a partial application or a method:
@@ -773,6 +772,15 @@ def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(node, cst.Attribute) and node.attr.value == "data":
         node = node.value
     return node
+
+
+def _one_class(built: Sequence[cst.BaseExpression]) -> str | None:
+    """The class every value of `built` is an instance of (`Trainer(...)`), when they agree on one."""
+    classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
+    if len(classes) != 1 or None in classes:
+        return None  # `obj` holds instances of one class wherever it is bound
+    (name,) = classes
+    return name
 
 
 def _is_wrapper(receiver: cst.BaseExpression | None, call: cst.Call) -> bool:
