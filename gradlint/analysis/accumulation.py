@@ -12,6 +12,7 @@ constant, divided by a running counter, not divided, or not known.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -32,7 +33,9 @@ MICRO_WORDS = ("accum", "micro", "grad_acc", "chunk")
 # Methods and functions that split one batch into micro-batches.
 SPLITTERS = frozenset({"chunk", "split", "tensor_split"})
 # Wrappers whose backward divides the loss by their own accumulation steps (Accelerate, DeepSpeed).
-SCALING_WRAPPERS = frozenset({"accelerator", "engine", "model_engine", "deepspeed_engine"})
+# The receivers of `backward(loss)` that divide the loss by their own accumulation steps:
+# Accelerate's Accelerator and DeepSpeed's engine (`model_engine`, `self.deepspeed_model`).
+SCALING_WRAPPER = re.compile(r"accelerator|engine|deepspeed", re.IGNORECASE)
 # Calls that combine several losses: what each part was divided by is not followed.
 COMBINERS = frozenset({"sum", "stack", "cat", "mean", "fsum"})
 # Tensor methods that keep the scale of the value they are called on.
@@ -249,7 +252,7 @@ class Accumulations:
         if (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
-            and last_name(node.func.value) in SCALING_WRAPPERS
+            and SCALING_WRAPPER.search(last_name(node.func.value) or "")
         ):
             return Scaling.SCALED, None  # accelerator.backward(loss) divides by its own steps
         value = backward.value
