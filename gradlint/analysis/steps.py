@@ -146,7 +146,7 @@ class EventIndex:
         self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
         self._views: dict[cst.Call, cst.Call] = {}
         self._classes: dict[str, set[str]] = {}  # possible_classes, by receiver name
-        self._only_class: dict[str, str | None] = {}  # instance_class where no assignment reaches, by name
+        self._only_class: dict[str, str | None] = {}  # the one class every binding of a name builds
         for function in reversed(self.functions):  # the first definition of a name wins
             scope = collected.def_scopes[function]
             if isinstance(scope, cst.FunctionDef):
@@ -206,12 +206,12 @@ class EventIndex:
         key = dotted_name(func.value)
         if key is None or not self.possible_classes(call):
             return None  # never built by a call of a named class in this module: nothing to look up
+        if key not in self._only_class:  # by name, like `possible_classes`
+            self._only_class[key] = _one_class(self.roles.values.get(key, []))
+        if self._only_class[key] is not None:
+            return self._only_class[key]  # every binding builds that class: so does any that reaches the call
         built = self._reaching_values(key, at or call)
-        if built is None:
-            if key not in self._only_class:  # by name, like `possible_classes`
-                self._only_class[key] = _one_class(self.roles.values.get(key, []))
-            return self._only_class[key]
-        return _one_class(built)
+        return _one_class(built) if built is not None else None
 
     def call_view(self, call: cst.Call) -> cst.Call:
         """What `call` runs, written out, when its callee is a name bound to a partial application or a method:

@@ -110,8 +110,8 @@ class NonDifferentiableLoss(Rule):
         # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
         collected = self.analysis.collected
         scope, end = collected.contexts[at].scope, collected.order[at]
-        for statement in collected.statements:
-            if collected.contexts[statement].scope is not scope or not start < collected.order[statement] < end:
+        for statement in collected.statements_in_scope(scope):
+            if not start < collected.order[statement] < end:
                 continue
             # `requires_grad_()` on a value that keeps a gradient path changes nothing...
             if not live and isinstance(statement, cst.Expr) and _forcing_call(statement.value, key) is not None:
