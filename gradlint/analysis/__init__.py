@@ -290,6 +290,20 @@ class ModuleAnalysis:
                     return True
         return False
 
+    def assigns_fresh(self, region: Loop | cst.FunctionDef, key: str) -> bool:
+        """Whether `region` assigns `key` a value that reads nothing of it.
+
+        Ex) `model = Net()`, not `model = model.train()`: unlike `rebinds`, an attribute read counts as reading it.
+        """
+        for statement in self.statements_in(region):
+            if not isinstance(statement, cst.Assign):
+                continue
+            if any(key in _bound_keys(target.target) for target in statement.targets):
+                read = set(names_in(statement.value))
+                if not any(name == key or name.startswith(key + ".") for name in read):
+                    return True
+        return False
+
     def _rebinds_through_method(
         self, statement: cst.BaseSmallStatement, key: str, seen: frozenset[cst.FunctionDef]
     ) -> bool:
