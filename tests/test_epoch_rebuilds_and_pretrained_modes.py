@@ -45,3 +45,46 @@ def test_a_stateful_optimizer_rebuilt_every_epoch_is_reported(construction: str,
 def test_a_loop_over_something_else_than_epochs_is_not_an_epoch_loop() -> None:
     source = EPOCH_LOOP.replace("for epoch in range(epochs)", "for lr in (1e-3, 1e-4)")
     assert lines(source.format(construction="torch.optim.Adam(model.parameters(), lr=lr)"), "GL014") == []
+
+
+PRETRAINED = """
+import torch
+from {library} import AutoModel
+
+def fit(loader):
+    model = AutoModel.from_pretrained("name")
+    optimizer = torch.optim.AdamW(model.parameters())
+    for batch in loader:
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(("library", "reported"), [("transformers", True), ("diffusers", True), ("mylib", False)])
+def test_only_hugging_face_loaders_hand_back_a_model_in_eval_mode(library: str, reported: bool) -> None:
+    assert lines(PRETRAINED.format(library=library), "GL016") == ([6] if reported else [])
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [
+        "model.train()",
+        "model.train(True)",
+        "model = other_model",  # another model under the name
+        "prepare_for_training(model)",  # a helper that may switch it
+    ],
+)
+def test_anything_that_may_switch_the_model_keeps_it_quiet(switch: str) -> None:
+    source = PRETRAINED.format(library="transformers").replace(
+        "    optimizer = torch", f"    {switch}\n    optimizer = torch"
+    )
+    assert lines(source, "GL016") == []
+
+
+def test_a_model_loaded_in_a_loop_is_not_judged() -> None:
+    source = PRETRAINED.format(library="transformers").replace(
+        '    model = AutoModel.from_pretrained("name")',
+        "    for name in names:\n        model = AutoModel.from_pretrained(name)",
+    )
+    assert lines(source, "GL016") == []

@@ -235,7 +235,12 @@ class ModuleAnalysis:
     def modes(self) -> ModeSwitches:
         """Train/eval mode switches and the training passes an eval mode leaks into."""
         return ModeSwitches(
-            self.collected, self.events, self.backpropagated_names, self.rebinds, self.updates.updated_models
+            self.collected,
+            self.events,
+            self.backpropagated_names,
+            self.rebinds,
+            self.updates.updated_models,
+            self.updates.updated_models_in,
         )
 
     @cached_property
