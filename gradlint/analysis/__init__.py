@@ -235,7 +235,12 @@ class ModuleAnalysis:
     def modes(self) -> ModeSwitches:
         """Train/eval mode switches and the training passes an eval mode leaks into."""
         return ModeSwitches(
-            self.collected, self.events, self.backpropagated_names, self.rebinds, self.updates.updated_models
+            self.collected,
+            self.events,
+            self.backpropagated_names,
+            self.rebinds,
+            self.updates.updated_models,
+            self.updates.updated_models_in,
         )
 
     @cached_property
@@ -287,6 +292,20 @@ class ModuleAnalysis:
             elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
                 func = statement.value.func
                 if isinstance(func, cst.Attribute) and func.attr.value == "clear" and dotted_name(func.value) == key:
+                    return True
+        return False
+
+    def assigns_fresh(self, region: Loop | cst.FunctionDef, key: str) -> bool:
+        """Whether `region` assigns `key` a value that reads nothing of it.
+
+        Ex) `model = Net()`, not `model = model.train()`: unlike `rebinds`, an attribute read counts as reading it.
+        """
+        for statement in self.statements_in(region):
+            if not isinstance(statement, cst.Assign):
+                continue
+            if any(key in _bound_keys(target.target) for target in statement.targets):
+                read = set(names_in(statement.value))
+                if not any(name == key or name.startswith(key + ".") for name in read):
                     return True
         return False
 

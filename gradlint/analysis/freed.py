@@ -9,7 +9,9 @@ nodes of the graph-carrying values it was computed from (not through `.detach()`
 (`losses["actor"]`) holds its own node in place of the container's: the entries of a
 forward pass's result are not known to share a graph (an actor and a critic loss
 returned together), unless the container was computed from a graph-carrying value
-that they then share too. A backward frees its value's nodes;
+that they then share too; so does each item of a loop over a graph-carrying iterable
+(`for term in criterion.terms(outputs, y): term.backward()` goes back through `outputs`
+on every item). A backward frees its value's nodes;
 a later backward whose value holds a freed node raises "Trying to backward through the
 graph a second time". Loops are walked twice, so a value computed once before a loop,
 or a hidden state carried round it without `.detach()`, shows up on the second pass.
@@ -275,12 +277,17 @@ class _Walker:
         return _merge(after, *breaks)
 
     def _bind_item(self, loop: cst.For | cst.While, state: _State) -> _State:
-        # Each item of a graph-carrying iterable is its own value: `for loss in losses`.
+        # Each item of a graph-carrying iterable is its own value: `for loss in losses`. Like an
+        # entry read with a constant key, it shares what the iterable was computed from: the losses
+        # `model.loss(outputs, batch)` returns all run back through the forward pass of `outputs`.
         if not isinstance(loop, cst.For):
             return state
         flags = {key: bool(nodes) for key, nodes in state.env.items()}
-        grad = self.graphs.values.evaluate(loop.iter, flags, self.scope)
-        return self._bind(loop.target, self._fresh() if grad else frozenset(), state)
+        if not self.graphs.values.evaluate(loop.iter, flags, self.scope):
+            return self._bind(loop.target, frozenset(), state)
+        container = self._read_nodes(loop.iter, state)
+        shared = container - {max(container)} if container else frozenset()
+        return self._bind(loop.target, shared | self._fresh(), state)
 
     def _walk_try(self, statement: cst.Try | cst.TryStar, state: _State) -> _State | None:
         body = self._suite(statement.body, state)

@@ -28,15 +28,21 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
-from gradlint.analysis.names import dotted_name
-from gradlint.analysis.steps import EventIndex, Kind, rebound, switched_off_at
+from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.steps import Event, EventIndex, Kind, rebound, switched_off_at
 from gradlint.analysis.summaries import EVAL, TRAIN
+from gradlint.analysis.values import names_in
 
 if TYPE_CHECKING:
     pass
 
 MAX_DEPTH = 4
 SELF = frozenset({"self", "cls"})
+# Hugging Face's `from_pretrained` hands the model back in eval mode: transformers'
+# PreTrainedModel and diffusers' ModelMixin call `model.eval()` after loading the weights.
+EVAL_LOADERS = ("transformers.", "diffusers.")
+# Calls that take a model without switching its mode (`accelerator.prepare(unet, text_encoder, opt)`).
+MODE_KEEPING = frozenset({"prepare", "unwrap_model", "chain", "list", "len", "print", "id", "isinstance"})
 
 
 class Mode(Enum):
@@ -74,6 +80,15 @@ class Leak:
     model: str
 
 
+@dataclass(frozen=True)
+class LoadedInEval:
+    """A model `from_pretrained` returned in eval mode, whose forward `forward` is trained with no `train()`."""
+
+    load: cst.Call
+    model: str
+    forward: cst.Call
+
+
 Region = Loop | cst.FunctionDef
 Backpropagated = Callable[[Region], set[str]]
 
@@ -88,12 +103,14 @@ class ModeSwitches:
         backpropagated: Backpropagated,
         rebinds: Callable[[Region, str], bool],
         updated_models: Callable[[cst.BaseExpression], frozenset[str]],
+        updated_models_in: Callable[[cst.BaseExpression, Scope], frozenset[str]],
     ) -> None:
         self.collected = collected
         self.events = events
         self.backpropagated = backpropagated
         self.rebinds = rebinds
         self.updated_models = updated_models
+        self.updated_models_in = updated_models_in
         self.forwards = ForwardCalls(collected, events.roles, events)
         self._timelines: dict[Scope, tuple[Mark, ...]] = {}
 
@@ -111,6 +128,69 @@ class ModeSwitches:
                     if leak is not None:
                         found[mark.site] = leak
         return sorted(found.values(), key=lambda leak: self.collected.order[leak.switch.site])
+
+    def loaded_in_eval(self) -> list[LoadedInEval]:
+        """Models loaded by a Hugging Face `from_pretrained` and trained in the same scope, never switched to train.
+
+        Ex) `text_encoder = CLIPTextModel.from_pretrained(...)` optimized and called in the step loop. Quiet
+        when anything may switch it: a `train()` of it (or of a holder) anywhere in the scope's timeline, an
+        assignment of another model to the name, or the model handed to a call (a helper, a wrapper) or
+        put in a collection (`for m in (unet, text_encoder): m.train()`).
+        """
+        found = []
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        for scope in scopes:
+            steps = [e for e in self.events.scope_events(scope) if e.kind is Kind.STEP and e.loops and e.direct]
+            if not steps:
+                continue
+            for load, key in self._eval_loads(scope):
+                forward = self._trained_forward(scope, key, steps)
+                if forward is not None and not self._may_switch(scope, key, load):
+                    found.append(LoadedInEval(load, key, forward))
+        return found
+
+    def _eval_loads(self, scope: Scope) -> list[tuple[cst.Call, str]]:
+        loads = []
+        for call in self.collected.calls_in_scope(scope):
+            qualified = self.collected.imports.resolve(call.func) or ""
+            if not (qualified.startswith(EVAL_LOADERS) and qualified.endswith(".from_pretrained")):
+                continue
+            statement = self.collected.statement_of.get(call)
+            if not isinstance(statement, cst.Assign) or statement.value is not call or len(statement.targets) != 1:
+                continue
+            key = dotted_name(statement.targets[0].target)
+            if key is not None and not self.events.context(call).loops:
+                loads.append((call, key))
+        return loads
+
+    def _trained_forward(self, scope: Scope, key: str, steps: Sequence[Event]) -> cst.Call | None:
+        """The first forward of `key` with autograd on in a loop whose optimizer updates `key`'s parameters."""
+        for step in steps:
+            loop = step.loops[-1]
+            if step.value is None or key not in self.updated_models_in(step.value, scope):
+                continue
+            for call in self.collected.calls_in_loop(loop):
+                context = self.events.context(call)
+                if context.scope is scope and not context.no_grad and dotted_name(call.func) in (key, key + ".forward"):
+                    return call
+        return None
+
+    def _may_switch(self, scope: Scope, key: str, load: cst.Call) -> bool:
+        trains = (mark for mark in self.timeline(scope) if mark.mode is Mode.TRAIN)
+        if any(_related(key, name) for mark in trains for name in mark.names()):
+            return True
+        loaded = self.collected.statement_of[load]
+        for statement in self.collected.statements_in_scope(scope):
+            if statement is not loaded and key in _bound_names(statement) and not _reads(statement, key):
+                return True  # another model under the same name
+            if isinstance(statement, (cst.Assign, cst.Expr)) and _holds(statement.value, key):
+                return True  # Ex) models = [unet, text_encoder]
+        for call in self.collected.calls_in_scope(scope):
+            handed = any(dotted_name(arg.value) == key for arg in call.args)
+            if handed and last_name(call.func) not in MODE_KEEPING:
+                return True
+        loops = (loop for loop in self.collected.loops if self.events.context(loop).scope is scope)
+        return any(isinstance(loop, cst.For) and _holds(loop.iter, key) for loop in loops)
 
     # The timeline of a scope.
 
@@ -380,6 +460,21 @@ def _covers(outer: str, inner: str) -> bool:
     return inner == outer or inner.startswith(outer + ".")
 
 
+def _reads(statement: cst.CSTNode, key: str) -> bool:
+    """Whether an assignment's value reads `key` or an attribute of it (`m = m.to(device)`)."""
+    value = statement.value if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)) else None
+    if value is None:
+        return False
+    return any(name == key or name.startswith(key + ".") for name in names_in(value))
+
+
+def _holds(node: cst.BaseExpression | None, key: str) -> bool:
+    """Whether `node` is a literal collection with `key` among its elements."""
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return any(dotted_name(element.value) == key for element in node.elements)
+    return False
+
+
 def _bound_names(statement: cst.CSTNode) -> set[str]:
     """The dotted names a statement assigns, tuples unpacked."""
     targets: list[cst.BaseExpression] = []
@@ -399,4 +494,4 @@ def _bound_names(statement: cst.CSTNode) -> set[str]:
     return names
 
 
-__all__ = ["Leak", "Mark", "Mode", "ModeSwitches", "switch_mode"]
+__all__ = ["Leak", "LoadedInEval", "Mark", "Mode", "ModeSwitches", "switch_mode"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.analysis.branches import Branches
-from gradlint.analysis.collect import Collected
+from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import OUTSIDE, Origins
 from gradlint.analysis.roles import Role, Roles
@@ -60,14 +60,23 @@ class Updates:
             return self._updated[key]
         models: set[str] = set()
         for constructor in self.roles.constructors(optimizer):
-            for node in _calls_in(constructor):
-                func = node.func
-                if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_METHODS:
-                    model = dotted_name(func.value)
-                    if model is not None:
-                        models.add(model)
+            models |= _parameter_owners(constructor)
         if key is not None:
             self._updated[key] = frozenset(models)
+        return frozenset(models)
+
+    def updated_models_in(self, optimizer: cst.BaseExpression, scope: Scope) -> frozenset[str]:
+        """Like `updated_models`, from the constructors written in `scope` only, and through the names their
+        arguments read there: `params = chain(unet.parameters(), text_encoder.parameters()); AdamW(params)`."""
+        models: set[str] = set()
+        for constructor in self.roles.constructors(optimizer):
+            if self.collected.contexts[constructor].scope is not scope:
+                continue
+            models |= _parameter_owners(constructor)
+            keys = {key for arg in constructor.args if (key := dotted_name(arg.value)) is not None}
+            for statement in self.collected.statements_in_scope(scope) if keys else ():
+                if isinstance(statement, cst.Assign) and any(dotted_name(t.target) in keys for t in statement.targets):
+                    models |= _parameter_owners(statement.value)
         return frozenset(models)
 
     def stale(self, step: TrainingStep) -> list[StaleWeights]:
@@ -144,6 +153,18 @@ class Updates:
                 if definition is not OUTSIDE and self._inside(definition.node, step):
                     called |= self._models_called(definition.node, step, depth + 1, seen)
         return called
+
+
+def _parameter_owners(node: cst.CSTNode) -> set[str]:
+    """The models whose `.parameters()` (or `named_parameters()`) `node` calls."""
+    owners = set()
+    for call in _calls_in(node):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_METHODS:
+            model = dotted_name(func.value)
+            if model is not None:
+                owners.add(model)
+    return owners
 
 
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:

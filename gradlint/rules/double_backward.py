@@ -17,7 +17,9 @@ class DoubleBackward(Rule):
     freed)`. It happens when a loss computed once before a loop is backpropagated on
     every iteration, when two losses share an undetached part of the graph (a GAN
     generator's output used for the discriminator step without `.detach()`), or when an
-    RNN's hidden state is carried from batch to batch without `.detach()`.
+    RNN's hidden state is carried from batch to batch without `.detach()`, or when
+    each of the terms one loss call returned from a forward output is backpropagated in
+    turn (`for term in criterion.terms(outputs, y): term.backward()`).
 
     Recompute the forward pass before each backward, detach what crosses from one
     step into the next (`hidden = hidden.detach()`, `D(fake.detach())`), or sum the

@@ -33,6 +33,14 @@ class EvalModeNotRestored(Rule):
     model.eval()` and other switches chosen by a branch; Lightning, which switches
     modes itself, and inference-only code.
 
+    A model loaded with Hugging Face's `from_pretrained` (transformers, diffusers) comes
+    back in eval mode: when a manual training loop of the same function steps an optimizer
+    built on its parameters and runs its forward with autograd on, and nothing switches
+    it to train (no `train()` of it or of a holder, the model not handed to another call
+    such as a helper or a wrapper, nor put in a collection), the finding is at the load.
+    Trainer and Lightning loops, which call `train()` themselves, and frozen models that
+    no optimizer updates are not reported.
+
     Known problems
     The path is read in source order: a `train()` in a branch that does not always run
     counts as a restore, and an evaluation that returns early before its `train()` is
@@ -93,3 +101,9 @@ class EvalModeNotRestored(Rule):
                 "before the next training forward: dropout and batch norm stay in inference behaviour"
             )
             self.report(site, message, related=[(forward, "this training forward then runs in eval mode")])
+        for loaded in self.analysis.modes.loaded_in_eval():
+            message = (
+                f"`{loaded.model}` comes from `from_pretrained` in eval mode and is trained without `.train()`: "
+                "dropout and batch norm stay in inference behaviour"
+            )
+            self.report(loaded.load, message, related=[(loaded.forward, "this training forward runs in eval mode")])

@@ -6,9 +6,9 @@ import re
 
 import libcst as cst
 
-from gradlint.analysis import Role, TrainingStep
+from gradlint.analysis import Kind, Role, TrainingStep
 from gradlint.analysis.collect import Loop
-from gradlint.analysis.names import last_name
+from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.values import names_in
 from gradlint.rule import Rule
 
@@ -16,6 +16,9 @@ MAX_CALL_DEPTH = 3
 # Functions a framework or loop calls once per batch (`training_step`, `train_on_batch`);
 # a function with another name that backpropagates and steps may well run once, and so does a
 # pytest `test_*` function.
+# The loop around a step loop that runs once per epoch: `for epoch in range(...)`,
+# `while epoch < args.epochs`; a loop over folds, trials or learning rates is not one.
+EPOCH = re.compile(r"epoch", re.IGNORECASE)
 PER_BATCH_FUNCTION = re.compile(r"(?!test)(_?(\w+_)?step|_?(train|fit|update)(_on)?_batch|_?train_iter(ation)?)")
 
 
@@ -31,13 +34,19 @@ class OptimizerInLoop(Rule):
     no longer used. Training is slow or unstable and nothing raises. Build it once,
     before the loop.
 
-    An optimizer built once per fold, per trial of a hyperparameter search or per
-    epoch, in a loop around the step loop, is not reported, and neither is one built
-    under an `if` (a lazy or periodic rebuild) or over parameters created in the same
-    iteration (a fresh latent or adversarial perturbation optimized for one step).
+    A stateful optimizer (any but SGD without momentum) that the step loop steps and
+    that is rebuilt at every pass of the epoch loop around it (a loop whose header
+    names an epoch) is reported too: its momentum or Adam moments restart every epoch.
+    An optimizer built once per fold or per trial of a hyperparameter search is not
+    reported, nor one rebuilt per epoch together with a new model, plain SGD rebuilt per
+    epoch with the epoch's learning rate, one built under an `if` (a lazy or periodic
+    rebuild), or one over parameters created in the same iteration (a fresh latent or
+    adversarial perturbation optimized for one step).
 
     Known problems
-    Optimizers built by a factory in another module are not seen. A function is taken
+    Optimizers built by a factory in another module are not seen. An epoch loop is
+    recognised by the word "epoch" in its header, and per-epoch rebuilds are judged only
+    for an optimizer assigned to the name the step loop steps. A function is taken
     for one training step only when its name says so (`training_step`, `train_batch`).
 
     References
@@ -73,6 +82,69 @@ class OptimizerInLoop(Rule):
         node = step.node
         if not isinstance(node, cst.FunctionDef) or PER_BATCH_FUNCTION.fullmatch(node.name.value):
             self._check_region(node, 0)
+        if not isinstance(node, cst.FunctionDef):
+            self._check_epoch_loop(step, node)
+
+    def _check_epoch_loop(self, step: TrainingStep, node: Loop) -> None:
+        """Report a stateful optimizer this step steps, rebuilt on every pass of the epoch loop around it.
+
+        Ex) `for epoch in range(n): opt = SGD(model.parameters(), momentum=0.9); for x, y in loader: ...`
+        """
+        analysis = self.analysis
+        loops = analysis.context(node).loops
+        if not loops or not EPOCH.search(self._loop_header(loops[-1])):
+            return
+        epoch_loop = loops[-1]
+        stepped = {dotted_name(event.value) for event in step.of_kind(Kind.STEP) if event.value is not None}
+        base_ifs = len(analysis.context(epoch_loop).ifs)
+        for call in analysis.collected.calls_in_loop(epoch_loop):
+            context = analysis.context(call)
+            if context.loops[-1] is not epoch_loop or len(context.ifs) > base_ifs:
+                continue
+            if self._assigned_name(call) not in stepped or not self._keeps_state(call):
+                continue
+            if self._over_new_model(call, epoch_loop):
+                continue  # a new model each pass: a fold, a trial
+            story: list[tuple[cst.CSTNode, str]] = [
+                (epoch_loop, "every epoch builds it again"),
+                (node, "the step loop it serves"),
+            ]
+            built = analysis.code(call.func)
+            self.report(call, f"`{built}` is built anew every epoch, so its momentum or moments restart", related=story)
+
+    def _over_new_model(self, call: cst.Call, epoch_loop: Loop) -> bool:
+        if not call.args:
+            return True
+        for key in names_in(call.args[0].value):
+            parts = key.split(".")
+            prefixes = [".".join(parts[: index + 1]) for index in range(len(parts))]
+            if any(self.analysis.assigns_fresh(epoch_loop, prefix) for prefix in prefixes):
+                return True
+        return False
+
+    def _loop_header(self, loop: Loop) -> str:
+        if isinstance(loop, cst.For):
+            return self.analysis.code(loop.target) + " " + self.analysis.code(loop.iter)
+        return self.analysis.code(loop.test)
+
+    def _assigned_name(self, call: cst.Call) -> str | None:
+        statement = self.analysis.statement_of(call)
+        if not isinstance(statement, cst.Assign) or statement.value is not call or len(statement.targets) != 1:
+            return None
+        return dotted_name(statement.targets[0].target)
+
+    def _keeps_state(self, call: cst.Call) -> bool:
+        """Whether the optimizer `call` builds keeps state between steps: any but SGD without momentum."""
+        if not self._constructs_optimizer(call) or self.analysis.roles.role_of_value(call) is not Role.OPTIMIZER:
+            return False
+        if last_name(call.func) != "SGD":
+            return True
+        momentum = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "momentum"]
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        value = momentum[0] if momentum else positional[2] if len(positional) > 2 else None
+        if value is None:
+            return False
+        return not (isinstance(value, (cst.Integer, cst.Float)) and float(value.value) == 0)
 
     def _check_region(self, region: Loop | cst.FunctionDef, depth: int) -> None:
         """Report constructions that run unconditionally on every pass through the step `region`."""
