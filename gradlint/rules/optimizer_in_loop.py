@@ -115,12 +115,7 @@ class OptimizerInLoop(Rule):
     def _over_new_model(self, call: cst.Call, epoch_loop: Loop) -> bool:
         if not call.args:
             return True
-        for key in names_in(call.args[0].value):
-            parts = key.split(".")
-            prefixes = [".".join(parts[: index + 1]) for index in range(len(parts))]
-            if any(self.analysis.assigns_fresh(epoch_loop, prefix) for prefix in prefixes):
-                return True
-        return False
+        return any(self.analysis.assigns_fresh(epoch_loop, prefix) for prefix in _parameter_prefixes(call))
 
     def _loop_header(self, loop: Loop) -> str:
         if isinstance(loop, cst.For):
@@ -206,9 +201,13 @@ class OptimizerInLoop(Rule):
         """Whether the parameters it optimizes are themselves created anew in this iteration."""
         if isinstance(step_node, cst.FunctionDef) or not call.args:
             return False
-        for key in names_in(call.args[0].value):
-            parts = key.split(".")
-            prefixes = [".".join(parts[: index + 1]) for index in range(len(parts))]
-            if any(self.analysis.rebinds(step_node, prefix) for prefix in prefixes):
-                return True
-        return False
+        return any(self.analysis.rebinds(step_node, prefix) for prefix in _parameter_prefixes(call))
+
+
+def _parameter_prefixes(call: cst.Call) -> list[str]:
+    """Every name, and every prefix of a dotted name, the optimizer's first argument reads (`model`, `model.enc`)."""
+    prefixes: list[str] = []
+    for key in names_in(call.args[0].value):
+        parts = key.split(".")
+        prefixes.extend(".".join(parts[: index + 1]) for index in range(len(parts)))
+    return prefixes
