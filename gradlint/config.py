@@ -7,10 +7,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from gradlint.catalog import rule_infos
+
+if TYPE_CHECKING:
+    import pathspec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,6 +74,8 @@ class Config:
 
     def exclude_spec(self) -> pathspec.GitIgnoreSpec:
         """The exclude patterns, with gitignore semantics."""
+        import pathspec  # here: `--version`, `--help` and `rules` need no pattern (30 ms of their start)
+
         return pathspec.GitIgnoreSpec.from_lines([*self.exclude, *self.extend_exclude])
 
     def with_overrides(self, **overrides: object) -> Config:
@@ -91,6 +95,8 @@ class Config:
 @cache
 def _pattern(pattern: str) -> pathspec.GitIgnoreSpec:
     """A compiled per-file-ignores pattern: asked for every rule of every file linted."""
+    import pathspec
+
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 

@@ -321,13 +321,14 @@ def lint_targets(
         except OSError as error:
             results.append([_unreadable(item, error)])
             continue
-        if item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, outlines):
-            results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
-            continue
         key = store.key(str(item), data) if store is not None else None
         cached = store.get(key) if store is not None and key is not None else None
-        results.append(cached or [])
-        if cached is None:
+        if cached is not None:  # looked up first: a hit needs no prefilter either
+            results.append(cached)
+        elif item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, outlines):
+            results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
+        else:
+            results.append([])
             misses.append((len(results) - 1, item, data, key))
     linted = _lint_in_pool([(path, data) for _, path, data, _ in misses], config, jobs or default_jobs(), whole)
     for (index, _, _, key), (found, uses) in zip(misses, linted, strict=True):
