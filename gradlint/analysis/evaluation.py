@@ -102,11 +102,15 @@ class Evaluation:
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
         first: dict[Loop, cst.Call] = {}
-        # Only a forward inside a loop is reported, and a function's loops are its own.
-        looping = {self.collected.contexts[loop].scope for loop in self.collected.loops}
+        # Only a forward inside a loop is reported, and a function's loops are its own; a function
+        # found by its shape reports only forwards in loops over a loader.
+        looping: dict[Scope, bool] = {}
+        for loop in self.collected.loops:
+            scope = self.collected.contexts[loop].scope
+            looping[scope] = looping.get(scope, False) or iterates_loader(loop)
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         for scope in (scope for scope in scopes if scope in looping):
-            for region in self.regions(scope):
+            for region in self.regions(scope, by_shape=looping[scope]):
                 if self._wants_gradients(region):
                     continue
                 for call in self._forwards_in(region):
@@ -179,8 +183,8 @@ class Evaluation:
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
         return receiver is None or not ENVIRONMENT.fullmatch(last_name(receiver) or "")
 
-    def regions(self, scope: Scope) -> list[Region]:
-        """The evaluation regions of one scope."""
+    def regions(self, scope: Scope, by_shape: bool = True) -> list[Region]:
+        """The evaluation regions of one scope (`by_shape`: also a whole function that evaluates by its shape)."""
         calls = self.collected.calls_in_scope(scope)
         order = self.collected.order
         found = []
@@ -192,7 +196,7 @@ class Evaluation:
                     order[other] for other in calls if self._switches_model(other) and self._in_region(phased, other)
                 ]
                 found.append(Region(scope, order[call], min(ends, default=END), over_loader=False, phase=phased.phase))
-        if not found and isinstance(scope, cst.FunctionDef) and self._evaluates_by_shape(scope):
+        if not found and by_shape and isinstance(scope, cst.FunctionDef) and self._evaluates_by_shape(scope):
             found.append(Region(scope, 0, END, over_loader=True))
         return found
 

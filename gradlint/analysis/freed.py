@@ -95,7 +95,7 @@ class FreedGraphs:
         """Every backward of the module that runs through a graph freed before it, in source order."""
         found: dict[cst.CSTNode, Reuse] = {}
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
-        for scope in scopes:
+        for scope in filter(self._frees_graphs, scopes):
             walker = _Walker(self, scope)
             walker.walk_scope()
             for reuse in walker.found:
@@ -130,6 +130,13 @@ class FreedGraphs:
         if method.name.value == LIGHTNING_STEP:
             return True
         return any(event.kind is Kind.BACKWARD and event.direct for event in self.events.scope_events(method))
+
+    def _frees_graphs(self, scope: Scope) -> bool:
+        """Whether the walk of `scope` can free a graph: only its own backward calls (or what Lightning
+        backpropagates from `training_step`) do, so a scope without one is not walked."""
+        if isinstance(scope, cst.FunctionDef) and scope.name.value == LIGHTNING_STEP:
+            return True
+        return any(self.backward_value(call) is not None for call in self.collected.calls_in_scope(scope))
 
     def backward_value(self, call: cst.Call) -> tuple[Kind, cst.BaseExpression, bool] | None:
         """(kind, value, keeps_graph) for a direct backward or `autograd.grad` call, else None."""
