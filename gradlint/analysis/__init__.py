@@ -7,6 +7,7 @@ from functools import cached_property, partial
 
 import libcst as cst
 
+from gradlint.analysis.accumulation import Accumulations
 from gradlint.analysis.branches import Branches
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
@@ -215,6 +216,11 @@ class ModuleAnalysis:
             for event in self.events.scope_events(scope)
             if event.kind is kind and event.direct
         ]
+
+    @cached_property
+    def accumulations(self) -> Accumulations:
+        """Gradient accumulation: micro-batch loops, their counters, and how each accumulated loss is scaled."""
+        return Accumulations(self.collected, self.events, self.origins)
 
     @cached_property
     def updates(self) -> Updates:

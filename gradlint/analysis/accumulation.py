@@ -20,6 +20,7 @@ from enum import Enum
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Loop, Scope
+from gradlint.analysis.leaves import parameter_names
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.steps import Event, EventIndex, Kind
@@ -509,9 +510,7 @@ def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.Function
             (last_name(base.value) or "").endswith("Trainer") for base in owner.bases
         ):
             continue
-        params = function.params
-        names = {param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        if "num_items_in_batch" not in names or _identifiers(function.body) & TRAINER_SCALING_NAMES:
+        if "num_items_in_batch" not in parameter_names(function) or _identifiers(function.body) & TRAINER_SCALING_NAMES:
             continue
         returns = [s for s in collected.statements_in_scope(function) if isinstance(s, cst.Return) and s.value]
         if returns:

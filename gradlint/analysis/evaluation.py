@@ -43,6 +43,7 @@ import libcst as cst
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
+from gradlint.analysis.leaves import parameter_names
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
@@ -272,7 +273,7 @@ class Evaluation:
         branches = [branch for branch in context.ifs if isinstance(branch, cst.If)]
         if function is None or context.scope is not function or not branches:
             return ()
-        params = {param.name.value for param in _parameters(function)}
+        params = parameter_names(function)
         phase: dict[str, bool | Given] = {}
         for branch in branches:
             phase.update(_value_entering(branch.test, self.collected.in_body(branch, switch), params))
@@ -308,11 +309,6 @@ class Evaluation:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
         sites = self.callers.call_sites(context.function) if context.function is not None else []
         return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
-
-
-def _parameters(function: cst.FunctionDef) -> list[cst.Param]:
-    params = function.params
-    return [*params.posonly_params, *params.params, *params.kwonly_params]
 
 
 def _may_pass(function: cst.FunctionDef, site: cst.Call, phase: dict[str, bool | Given]) -> bool:

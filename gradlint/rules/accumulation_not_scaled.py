@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event
-from gradlint.analysis.accumulation import Accumulation, Accumulations, Scaling, trainer_losses_unscaled
+from gradlint.analysis.accumulation import Accumulation, Scaling, trainer_losses_unscaled
 from gradlint.analysis.collect import Scope
 from gradlint.rule import Rule
 
@@ -114,7 +114,7 @@ class AccumulationNotScaled(Rule):
         if not analysis.is_torch_code:
             return
         analysis.training_steps  # noqa: B018 (inlines every helper once, so `called` is complete)
-        accumulations = Accumulations(analysis.collected, analysis.events, analysis.origins)
+        accumulations = analysis.accumulations
         scopes: list[Scope] = [analysis.collected.module, *analysis.collected.functions]
         for function, returned in trainer_losses_unscaled(analysis.collected):
             unused = [(function.name, "`num_items_in_batch` is accepted here and never used")]

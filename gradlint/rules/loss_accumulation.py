@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import libcst as cst
 
 from gradlint.analysis import Event, Kind
-from gradlint.analysis.accumulation import Accumulations
 from gradlint.analysis.frameworks import automatic_training_steps
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.values import names_in
@@ -124,13 +121,7 @@ class LossAccumulation(Rule):
                 return False
             index = index.left
         loops = self.analysis.context(statement).loops
-        return isinstance(index, cst.Name) and self.counters.is_counter(index, loops)
-
-    @cached_property
-    def counters(self) -> Accumulations:
-        """Which names count a loop's iterations."""
-        analysis = self.analysis
-        return Accumulations(analysis.collected, analysis.events, analysis.origins)
+        return isinstance(index, cst.Name) and self.analysis.accumulations.is_counter(index, loops)
 
     def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> tuple[cst.BaseExpression, str] | None:
         """The graph-carrying argument a same-module method adds or appends to an attribute of its object,
