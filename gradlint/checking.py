@@ -59,8 +59,6 @@ def run_rules(
         analysis = analyze(module, wanted, program, written)
     except RecursionError:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    if not analysis.is_torch_code:
-        return []
     if more and program is not None:
         rules = [*rules, *_firing_through_calls(source, more, program, analysis)]
     diagnostics: list[Diagnostic] = []

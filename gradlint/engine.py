@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import codecs
 import io
 import os
 import re
@@ -19,7 +20,7 @@ from gradlint.cache import ResultCache, SummaryStore, Uses
 from gradlint.catalog import RuleInfo, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.files import Missing, discover
-from gradlint.index import Outlines
+from gradlint.index import Outlines, imported_modules, imports_torch
 from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Rule, tool_diagnostic
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
 NOQA = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _FILE_NOQA = re.compile(rb"^\s*#\s*gradlint\s*[:=]\s*noqa\s*$", re.IGNORECASE | re.MULTILINE)
+# PEP 263's cookie, in one of the first two lines (group 1: what precedes it, for its line).
+_COOKIE = re.compile(rb"\A((?:[^\n]*\n)?)[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _ERROR_AT = re.compile(r"error at (\d+):(\d+)")
 # Deeper bracket nesting takes LibCST seconds (CPython itself refuses more than 200 levels).
 MAX_NESTING = 100
@@ -142,12 +145,14 @@ def _lint_alone_or_whole(
     if _FILE_NOQA.search(data):
         return []
     outlines = program.outlines if program is not None else None
+    in_scope = in_torch_scope(data, path, outlines)
+    unread = _unknown_codec(data, path) if in_scope else []
     rules, rest = _chosen(config, data, path, outlines) if prefilter else (enabled_rules(config, path), [])
-    if not rules:
-        # No enabled rule could fire on this file: skip the parse, but still report
-        # a file that cannot even be decoded (cheap, and always worth knowing).
+    if not rules or not in_scope:
+        # No enabled rule could fire on this file, or torch does not reach it: skip the
+        # parse, but still report a file that cannot even be decoded (cheap, and always worth knowing).
         problem = _undecodable(data)
-        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)], "", config, noqa) if problem else []
+        return _filter([tool_diagnostic(PARSE_ERROR, path, 1, 1, problem)] if problem else unread, "", config, noqa)
     try:
         text = decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
@@ -168,7 +173,7 @@ def _lint_alone_or_whole(
         diagnostics = checking.run_rules(module, loaded, path, view, more, data, written)
     except RecursionError:  # LibCST's metadata recurses once per level of nesting, too
         diagnostics = [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
-    return _filter(diagnostics, text, config, noqa)
+    return _filter(sorted([*unread, *diagnostics]), text, config, noqa)
 
 
 def whole_program(
@@ -359,7 +364,23 @@ def _program(whole: Whole) -> Program:
 
 
 def _needs_parse(data: bytes, path: str, config: Config, outlines: Outlines) -> bool:
-    return not _FILE_NOQA.search(data) and bool(_chosen(config, data, path, outlines)[0])
+    return (
+        not _FILE_NOQA.search(data)
+        and in_torch_scope(data, path, outlines)
+        and bool(_chosen(config, data, path, outlines)[0])
+    )
+
+
+def in_torch_scope(data: bytes, path: str, outlines: Outlines | None) -> bool:
+    """Whether torch reaches the module `data` (at `path`): only such a file gets gradient findings.
+
+    It does when it imports torch or a package built on it (`gradlint.frameworks`), or,
+    with the whole program's `outlines`, a project module that torch reaches. Code of
+    other array frameworks, and plain Python, is out of scope.
+    """
+    if outlines is None or path.startswith("<"):
+        return imports_torch(imported_modules(data))
+    return outlines.torch_reaches(Path(path), data)
 
 
 Linted = tuple[list[Diagnostic], Uses]
@@ -509,6 +530,30 @@ def source_encoding(data: bytes) -> str:
         if not str(error).startswith("unknown encoding") or not _is_utf8(data):
             raise
         return "utf-8"
+
+
+def _unknown_codec(data: bytes, path: str) -> list[Diagnostic]:
+    """GL000 for a cookie naming a codec not installed here, on a file `source_encoding` reads as UTF-8 anyway.
+
+    Python itself refuses such a file unless a package registers the codec, so it is
+    reported, and its findings as UTF-8 still come with it: nothing is lost either way.
+    """
+    cookie = _COOKIE.search(b"\n".join(data.splitlines()[:2]))
+    try:
+        if cookie is None or source_encoding(data) != "utf-8":
+            return []
+    except SyntaxError:
+        return []  # not UTF-8 either: the decoding reports it
+    codec = cookie[2].decode("ascii")
+    try:
+        codecs.lookup(codec)
+    except LookupError:
+        line = 1 + cookie[1].count(b"\n")
+        message = (
+            f"unknown encoding: {codec}; Python cannot read this file unless a package registers it (linted as UTF-8)"
+        )
+        return [tool_diagnostic(PARSE_ERROR, path, line, 1, message)]
+    return []
 
 
 def decode_source(data: bytes) -> str:

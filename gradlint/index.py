@@ -20,6 +20,7 @@ from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from gradlint.frameworks import TORCH_MODULES
 from gradlint.project import Project, content_hash
 
 # What a gradient effect looks like in source: a backward, a step, a clear, a clip, an
@@ -86,6 +87,11 @@ _PARTIAL = re.compile(rb"(?<![\w.])(?:functools\.)?partial\(\s*([A-Za-z_]\w*(?:\
 # An assignment of a constructor call: `model = JointEmbedding(` (a name that starts upper-case).
 _INSTANCE = re.compile(rb"(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(")
 _STRINGS = re.compile(rb'(?s)"""(?:[^\\]|\\.)*?"""|\'\'\'(?:[^\\]|\\.)*?\'\'\'|#[^\r\n]*')
+# An import statement anywhere in a module, at any indentation: `import a.b as c, d` or `from ..a import b`.
+_IMPORT = re.compile(
+    rb"(?m)^(?:\xef\xbb\xbf)?[ \t]*"
+    rb"(?:import[ \t]+([^\r\n#;]+)|from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+([^\r\n#;]*))"
+)
 _NOT_CALLS = frozenset(
     {"if", "elif", "while", "for", "return", "and", "or", "not", "in", "is", "lambda", "yield", "await", "assert",
      "print", "del", "with", "as", "except", "raise", "def", "class", "from", "import", "else"}
@@ -146,6 +152,7 @@ class ModuleOutline:
             sorted((name, astuple(cls)) for name, cls in self.classes.items()),
             functions,
             astuple(self.function(TOP_LEVEL) or FunctionOutline(())),
+            sorted(astuple(ref) for ref in imported_modules(b"".join(self.lines))),  # what decides torch scope
         )
         return hashlib.sha256(repr(data).encode()).hexdigest()
 
@@ -217,6 +224,36 @@ class ModuleOutline:
 
 def _effects(code: bytes) -> bool:
     return EFFECT.search(_STRINGS.sub(b"", code)) is not None
+
+
+def imported_modules(data: bytes) -> frozenset[Ref]:
+    """Every module a module's source imports, anywhere in it (inside functions and `try` too), as refs.
+
+    Read from the text with strings and comments left out, so that it costs no parse and
+    reads files CPython cannot parse as well.
+    """
+    found: set[Ref] = set()
+    for match in _IMPORT.finditer(_STRINGS.sub(b"", data)):
+        if match[1] is not None:
+            found.update(Ref("absolute", name) for name in _imported_names(match[1]))
+            continue
+        level, module = len(match[2]), match[3].decode("ascii", "replace")
+        kind = "relative" if level else "absolute"
+        found.add(Ref(kind, module, level))
+        # `from . import utils`: the names may be modules themselves.
+        found.update(Ref(kind, f"{module}.{name}" if module else name, level) for name in _imported_names(match[4]))
+    return frozenset(found)
+
+
+def _imported_names(listed: bytes) -> list[str]:
+    """The names an import statement lists (`a.b as c, d` -> a.b, d), without a `*`."""
+    names = (item.split(" as ")[0].strip() for item in listed.decode("ascii", "replace").strip("()\\ ").split(","))
+    return [name for name in names if name and name != "*" and all(part.isidentifier() for part in name.split("."))]
+
+
+def imports_torch(refs: Iterable[Ref]) -> bool:
+    """Whether one of the imports `refs` is of torch or of a package built on it (`gradlint.frameworks`)."""
+    return any(ref.kind == "absolute" and ref.name.split(".")[0] in TORCH_MODULES for ref in refs)
 
 
 def outline(data: bytes) -> ModuleOutline | None:
@@ -353,6 +390,8 @@ class Outlines:
         self._resolved: dict[tuple[Ref, str], tuple[tuple[str, str] | None, frozenset[str]]] = {}
         self._definitions: dict[str, tuple[tuple[str, str] | None, frozenset[str]]] = {}
         self._defining: set[str] = set()
+        self._imports: dict[str, frozenset[Ref]] = {}
+        self._torch: dict[str, tuple[bool, frozenset[str]]] = {}
 
     def note(self, modules: Iterable[str]) -> None:
         """Record `modules` as read by every recording in progress."""
@@ -392,6 +431,59 @@ class Outlines:
         owner = self.outline(defined[0])
         cls = owner.classes.get(defined[1]) if owner is not None else None
         return cls is not None and any(self.affects(defined[0], f"{defined[1]}.{method}") for method in cls.methods)
+
+    # Torch scope: whether torch reaches a module through its imports.
+
+    def torch_reaches(self, path: Path, data: bytes) -> bool:
+        """Whether torch reaches the module file `path` (holding `data`): it imports torch or a package built on
+        it, or a project module that torch reaches, however many imports away. Only such files get findings."""
+        refs = imported_modules(data)
+        if imports_torch(refs):
+            return True
+        module = self.project.add_file(path)
+        return any(self._reaches(target) for target in self._project_modules(refs, module))
+
+    def _reaches(self, start: str) -> bool:
+        """`torch_reaches` for a project module, searched breadth first; the answer and what it read are kept."""
+        if start in self._torch:
+            found, read = self._torch[start]
+            self.note(read)
+            return found
+        seen, queue, found = {start}, [start], False
+        for module in queue:  # grows as it goes
+            known = self._torch.get(module) if module != start else None
+            if known is not None:
+                seen.update(known[1])
+                if known[0]:
+                    found = True
+                    break
+                continue  # nothing it reaches imports torch
+            refs = self._module_imports(module)
+            if imports_torch(refs):
+                found = True
+                break
+            for target in self._project_modules(refs, module):
+                if target not in seen:
+                    seen.add(target)
+                    queue.append(target)
+        self._torch[start] = (found, frozenset(seen))
+        self.note(seen)
+        return found
+
+    def _module_imports(self, module: str) -> frozenset[Ref]:
+        if module not in self._imports:
+            source = self.source(module)
+            self._imports[module] = imported_modules(source[1]) if source is not None else frozenset()
+        return self._imports[module]
+
+    def _project_modules(self, refs: Iterable[Ref], module: str) -> list[str]:
+        """The project modules among the imports `refs` of `module`."""
+        found = []
+        for ref in refs:
+            dotted = self._absolute(ref, module)
+            if dotted and self.project.locate(dotted) is not None and dotted != module:
+                found.append(dotted)
+        return found
 
     # Reading modules, and recording what was read.
 

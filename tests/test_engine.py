@@ -85,11 +85,18 @@ def test_code_only_libcst_rejects_says_so(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("codec", ["future_fstrings", "klingon"])
-def test_a_cookie_naming_a_codec_not_installed_reads_utf8(codec: str) -> None:
+def test_a_cookie_naming_a_codec_not_installed_reads_utf8_and_says_so(codec: str) -> None:
+    # Python refuses the file unless a package registers the codec: reported, and linted as UTF-8 all the same.
     source = f"# -*- coding: {codec} -*-\n# caf\u00e9\n".encode() + LEAK.encode()
-    [diagnostic] = lint_source(source, "old.py")
-    assert (diagnostic.code, diagnostic.line) == ("GL001", 10)
+    unread, leak = lint_source(source, "old.py")
+    assert (unread.code, unread.line, leak.code, leak.line) == ("GL000", 1, "GL001", 10)
+    assert unread.message == (
+        f"unknown encoding: {codec}; Python cannot read this file unless a package registers it (linted as UTF-8)"
+    )
     assert source_encoding(source) == "utf-8"
+    # The same without the parse (no rule could fire), and nothing for a file torch does not reach.
+    assert [d.code for d in lint_source(f"import torch\n# coding: {codec}\n".encode(), "old.py")] == ["GL000"]
+    assert lint_source(f"# coding: {codec}\nimport numpy\n".encode(), "old.py") == []
 
 
 def test_a_cookie_naming_a_codec_not_installed_on_bytes_not_utf8_is_gl000() -> None:

@@ -11,9 +11,14 @@ from gradlint import Config, lint_source
 ONLY_GL015 = Config(select=("GL015",))
 
 
+def torch_code(source: str) -> bytes:
+    """`source` dedented, as a module torch reaches: the import goes last, so that its lines stay as written."""
+    return (textwrap.dedent(source) + "\nimport torch\n").encode()
+
+
 def findings(source: str) -> list[tuple[int, str, str]]:
     """(line, code, message) of each GL015 finding in `source`, dedented."""
-    found = lint_source(textwrap.dedent(source).encode(), "x.py", ONLY_GL015)
+    found = lint_source(torch_code(source), "x.py", ONLY_GL015)
     return [(d.line, d.code, d.message) for d in found]
 
 
@@ -30,7 +35,7 @@ def test_a_late_retain_grad_is_reported_with_the_backward_that_already_ran() -> 
             hidden.retain_grad()
             return hidden.grad
         """
-    [found] = lint_source(textwrap.dedent(source).encode(), "x.py", ONLY_GL015)
+    [found] = lint_source(torch_code(source), "x.py", ONLY_GL015)
     assert (found.line, found.column, found.code, found.message) == (4, 5, "GL015", late("hidden"))
     assert [(r.line, r.column, r.note) for r in found.related] == [(3, 5, "the backward pass already ran here")]
 

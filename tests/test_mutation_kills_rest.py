@@ -14,16 +14,21 @@ NEW_LEAF = (
 )
 
 
+def torch_code(source: str) -> bytes:
+    """`source` dedented, as a module torch reaches: the import goes last, so that its lines stay as written."""
+    return (textwrap.dedent(source) + "\nimport torch\n").encode()
+
+
 def lint(source: str) -> list[tuple[str, int, int]]:
     """(code, line, column) of every finding in `source` (dedented), all rules on; a crashed rule fails the test."""
-    found = lint_source(textwrap.dedent(source).encode(), "x.py")
+    found = lint_source(torch_code(source), "x.py")
     assert [d.message for d in found if d.code == "GL999"] == []
     return [(d.code, d.line, d.column) for d in found]
 
 
 def findings(source: str, code: str) -> list[Finding]:
     """(line, column, message, [(related line, note)]) of each `code` finding in `source` (dedented)."""
-    found = lint_source(textwrap.dedent(source).encode(), "x.py")
+    found = lint_source(torch_code(source), "x.py")
     assert [d.message for d in found if d.code == "GL999"] == []
     return [(d.line, d.column, d.message, [(r.line, r.note) for r in d.related]) for d in found if d.code == code]
 

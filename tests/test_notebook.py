@@ -66,7 +66,7 @@ def test_cells_share_context_like_one_module() -> None:
     # like a missing zero_grad (GL002), joined with its cells it is a correct loop.
     helper = "import torch\ndef reset():\n    optimizer.zero_grad()"
     loop = "for x, y in loader:\n    reset()\n    criterion(model(x), y).backward()\n    optimizer.step()"
-    assert findings(notebook(loop)) == [(2, 3, 5, "GL002")]
+    assert findings(notebook("import torch", loop)) == [(3, 3, 5, "GL002")]
     assert findings(notebook(helper, loop)) == []
 
 

@@ -99,11 +99,6 @@ class ModuleAnalysis:
         return False
 
     @cached_property
-    def is_torch_code(self) -> bool:
-        """False for files written for another framework only (MXNet, TensorFlow, JAX)."""
-        return self.imports.is_torch_code()
-
-    @cached_property
     def branches(self) -> Branches:
         """Which events of a step exclude each other (if/else branches, early exits)."""
         return Branches()

@@ -6,20 +6,6 @@ from typing import cast
 
 import libcst as cst
 
-# Modules whose presence marks a file as PyTorch code, and frameworks whose presence
-# without any of these marks it as someone else's (MXNet's `l.backward(); trainer.step()`
-# is correct there: gradients are overwritten by default).
-TORCH_MODULES = frozenset(
-    {
-        "torch", "torchvision", "torchaudio", "torchtext", "lightning", "pytorch_lightning",
-        "accelerate", "timm", "transformers", "deepspeed", "ignite", "skorch", "fairseq",
-        "apex", "bitsandbytes", "peft", "torch_geometric", "dgl", "lightning_fabric",
-    }
-)  # fmt: skip
-OTHER_FRAMEWORKS = frozenset(
-    {"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow", "chainer", "tf_keras"}
-)
-
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
@@ -94,12 +80,3 @@ class ImportMap:
         head, _, rest = dotted.partition(".")
         base = self.aliases.get(head, head)
         return f"{base}.{rest}" if rest else base
-
-    def top_modules(self) -> set[str]:
-        """The top-level packages this module imports."""
-        return {full.split(".")[0] for full in self.aliases.values()}
-
-    def is_torch_code(self) -> bool:
-        """False only for files that import another framework and nothing from PyTorch's world."""
-        modules = self.top_modules()
-        return bool(modules & TORCH_MODULES) or not modules & OTHER_FRAMEWORKS

@@ -111,8 +111,6 @@ class AccumulationNotScaled(Rule):
 
     def check_module(self) -> None:
         analysis = self.analysis
-        if not analysis.is_torch_code:
-            return
         analysis.training_steps  # noqa: B018 (inlines every helper once, so `called` is complete)
         accumulations = analysis.accumulations
         scopes: list[Scope] = [analysis.collected.module, *analysis.collected.functions]
