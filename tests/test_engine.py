@@ -217,7 +217,7 @@ e = model(x)
         for statement in analysis.collected.statements
         if isinstance(statement, cst.Assign)
     }
-    assert modes == {"a": "disabled", "b": "disabled", "c": "enabled", "d": "dynamic", "e": "enabled"}
+    assert modes == {"a": "disabled", "b": "disabled", "c": "enabled", "d": "unknown", "e": "enabled"}
 
 
 @pytest.mark.parametrize(

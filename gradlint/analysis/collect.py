@@ -10,7 +10,7 @@ from typing import cast
 
 import libcst as cst
 
-from gradlint.analysis.names import ImportMap, last_name
+from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.tree import TRIVIA_NAMES, child_fields, descendants, field_children, is_node, is_trivia
 
 Loop = cst.For | cst.While
@@ -25,7 +25,7 @@ class GradMode(Enum):
 
     ENABLED = "enabled"
     DISABLED = "disabled"
-    DYNAMIC = "dynamic"  # e.g. set_grad_enabled(phase == "train")
+    UNKNOWN = "unknown"  # not proven either way: set_grad_enabled(flag), a decorator gradlint cannot read
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,20 @@ class Context:
 PROFILERS = frozenset({"profile", "record_function"})
 
 
+# What switches grad mode: a decorator of the module's own that names none of these leaves it alone.
+GRAD_MODE_NAMES = frozenset({"no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "grad_mode"})
+# Decorators of Python itself, of its standard library and of the test runners, which never switch grad mode;
+# torch's own are read by `grad_mode_of` (and its others, `torch.jit.script` or `torch.compile`, leave it alone).
+PLAIN_DECORATOR_MODULES = frozenset(
+    {
+        "functools", "abc", "typing", "typing_extensions", "contextlib", "dataclasses", "enum", "atexit",
+        "warnings", "unittest", "pytest", "torch",
+    }
+)  # fmt: skip
+BUILTIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property"})
+PROPERTY_PARTS = frozenset({"setter", "getter", "deleter"})
+
+
 def grad_mode_of(call: cst.BaseExpression, disabling: frozenset[str] = frozenset()) -> GradMode | None:
     """The grad mode a `with` item or decorator switches to, or None if it is not one.
 
@@ -74,7 +88,7 @@ def grad_mode_of(call: cst.BaseExpression, disabling: frozenset[str] = frozenset
         value = call.args[0].value
         if isinstance(value, cst.Name) and value.value in ("True", "False"):
             return GradMode.ENABLED if value.value == "True" else GradMode.DISABLED
-        return GradMode.DYNAMIC
+        return GradMode.UNKNOWN
     return None
 
 
@@ -247,6 +261,7 @@ class Collector:
         self.context = Context(scope=module)
         self.statements: list[cst.CSTNode] = []
         self.counter = 0
+        self._plain: dict[str, bool] = {}
 
     def walk(self, node: cst.CSTNode) -> None:
         """Record `node` and everything below it, in LibCST's visiting order."""
@@ -307,6 +322,43 @@ class Collector:
         self.result.classes.append(cast(cst.ClassDef, node))
         self.context = replace(self.context, class_def=cast(cst.ClassDef, node), class_body=True)
 
+    def _decorated_mode(self, decorator: cst.BaseExpression) -> GradMode | None:
+        """The grad mode a decorator runs the function in: None when it leaves it as it is, UNKNOWN when no one
+        can say (a decorator of another module or package, or one of this module that switches grad mode itself)."""
+        mode = grad_mode_of(decorator, self.result.disabling)
+        if mode is not None:
+            return mode
+        func = decorator.func if isinstance(decorator, cst.Call) else decorator
+        if isinstance(func, cst.Attribute) and func.attr.value in PROPERTY_PARTS:
+            return None  # Ex) @value.setter
+        name = dotted_name(func)
+        if name is None:
+            return GradMode.UNKNOWN
+        if self._plain_definition(name) or (name in BUILTIN_DECORATORS and not self._bound(name)):
+            return None
+        resolved = self.result.imports.resolve(func) or name
+        return None if resolved.split(".")[0] in PLAIN_DECORATOR_MODULES else GradMode.UNKNOWN
+
+    def _plain_definition(self, name: str) -> bool:
+        """Whether `name` is a top-level function or class of the module that leaves grad mode alone: nothing in it
+        names a grad mode (one that disables grad is in `disabling`)."""
+        if name not in self._plain:
+            definition = next(
+                (
+                    statement
+                    for statement in self.result.module.body
+                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name
+                ),
+                None,
+            )
+            self._plain[name] = definition is not None and not any(
+                isinstance(node, cst.Name) and node.value in GRAD_MODE_NAMES for node in descendants(definition)
+            )
+        return self._plain[name]
+
+    def _bound(self, name: str) -> bool:
+        return name in self.result.imports.aliases or name in self.result.imports.relative
+
     def enter_function(self, node: cst.CSTNode) -> None:
         function = cast(cst.FunctionDef, node)
         self.result.functions.append(function)
@@ -315,7 +367,7 @@ class Collector:
             self.result.owners[function] = self.context.class_def
         mode = self.context.grad_mode
         for decorator in function.decorators:
-            mode = grad_mode_of(decorator.decorator, self.result.disabling) or mode
+            mode = self._decorated_mode(decorator.decorator) or mode
         if function.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
             mode = GradMode.DISABLED
         self.context = Context(scope=function, class_def=self.context.class_def, grad_mode=mode)
