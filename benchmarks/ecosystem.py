@@ -69,7 +69,9 @@ REPOSITORIES = {
     "pytorch-tutorial": ("https://github.com/yunjey/pytorch-tutorial", "0500d3df5a2a8080ccfccbc00aca0eacc21818db"),
     "tutorials-kr": ("https://github.com/PyTorchKorea/tutorials-kr", "84b7db6e020c098cf38a0dfaf036007c24057bb1"),
 }
-SETS = ("training", "large", "repositories")
+# The libraries of every judged first-look draw (benchmarks/fresh/): a regression check once judged.
+FRESH_LISTINGS = sorted((Path(__file__).parent / "fresh").glob("draw*-libraries.txt"))
+SETS = ("training", "large", "repositories", "fresh")
 # Outside the repository, so that its .gitignore does not apply to the projects.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gradlint-ecosystem"
 
@@ -91,20 +93,23 @@ class ProjectResult:
         return 10_000 * len(self.diagnostics) / max(self.lines, 1)
 
 
-def fetch(name: str, version: str) -> Path:
-    """Download and unpack a project's wheel (or, lacking one, its source archive) once; return the folder."""
+def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
+    """Download and unpack a project's wheel (or, lacking one, its source archive) once; return the folder.
+
+    `source_first`: the source archive first (it usually holds the tests too), the wheel lacking one.
+    """
     target = CACHE / f"{name}-{version}"
     if target.is_dir():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
-    stem = name.replace("-", "_")
-    archives = [*CACHE.glob(f"{stem}-{version}[-+]*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
+    archives = _archives(name, version)
     if not archives:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{name}=={version}", "-d", str(CACHE)]
-        if subprocess.run([*command, "--only-binary", ":all:"], check=False).returncode != 0:
-            subprocess.run([*command, "--no-binary", ":all:"], check=True)  # learn2learn has no wheel
-        archives = [*CACHE.glob(f"{stem}-{version}[-+]*.whl"), *CACHE.glob(f"{name}-{version}.tar.gz")]
-    archive = archives[0]
+        first, then = (":all:", ":none:") if source_first else (":none:", ":all:")
+        if subprocess.run([*command, "--no-binary", first], check=False).returncode != 0:
+            subprocess.run([*command, "--no-binary", then], check=True)  # learn2learn has no wheel, torchrl no sdist
+        archives = _archives(name, version)
+    archive = next((path for path in archives if path.suffix != ".whl"), archives[0]) if source_first else archives[0]
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as wheel:
             wheel.extractall(target)
@@ -112,6 +117,13 @@ def fetch(name: str, version: str) -> Path:
         with tarfile.open(archive) as sdist:
             sdist.extractall(target, filter="data")
     return target
+
+
+def _archives(name: str, version: str) -> list[Path]:
+    """The wheels, then the source archives, of a project's version in the cache."""
+    stem = name.replace("-", "_")
+    wheels = CACHE.glob(f"{stem}-{version}[-+]*.whl")
+    return [*wheels, *dict.fromkeys([*CACHE.glob(f"{name}-{version}.tar.gz"), *CACHE.glob(f"{stem}-{version}.tar.gz")])]
 
 
 def checkout(name: str, url: str, commit: str, sources: Path | None) -> Path:
@@ -161,7 +173,7 @@ def main() -> None:
     """Lint every pinned project of the chosen sets and write the report."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "ecosystem-findings.md")
-    parser.add_argument("--set", dest="sets", action="append", choices=SETS, help="default: all three")
+    parser.add_argument("--set", dest="sets", action="append", choices=SETS, help="default: all of them")
     parser.add_argument("--sources", type=Path, help="checkouts of the repositories, one folder per name")
     args = parser.parse_args()
     sets = args.sets or list(SETS)
@@ -170,6 +182,11 @@ def main() -> None:
         if chosen == "repositories":
             for name, (url, commit) in REPOSITORIES.items():
                 results.append(lint_tree(name, commit[:12], checkout(name, url, commit, args.sources)))
+        elif chosen == "fresh":
+            for listing in FRESH_LISTINGS:
+                for line in listing.read_text().split():
+                    name, _, version = line.partition("==")
+                    results.append(lint_tree(name, version, fetch(name, version, source_first=True)))
         else:
             for name, version in (PROJECTS if chosen == "training" else LARGE).items():
                 results.append(lint_tree(name, version, fetch(name, version)))

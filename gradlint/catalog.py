@@ -31,12 +31,14 @@ class RuleInfo:
     requires: tuple[bytes | tuple[bytes, ...], ...]
     summary: str
     body: str  # the documentation without its link (see `Rule.documentation_body`)
+    preview: bool = False  # off by default (see `gradlint.measured`)
 
     @classmethod
     def of(cls, rule: type[Rule]) -> RuleInfo:
         """The data of a rule class."""
         location = f"{rule.__module__}:{rule.__qualname__}"
-        return cls(rule.code, rule.name, location, rule.requires, rule.summary(), rule.documentation_body())
+        body = rule.documentation_body()
+        return cls(rule.code, rule.name, location, rule.requires, rule.summary(), body, rule.in_preview())
 
     def load(self) -> type[Rule]:
         """The rule class, imported on first use."""

@@ -57,6 +57,11 @@ def main() -> None:
 @click.option("--ignore", help="Comma-separated codes or prefixes to skip (replaces the config's ignore).")
 @click.option("--exclude", help="Comma-separated gitignore-style patterns to skip, replacing the defaults.")
 @click.option("--extend-exclude", help="Comma-separated patterns to skip in addition to the defaults.")
+@click.option(
+    "--preview/--no-preview",
+    default=None,
+    help="Also run the rules in preview: not yet right four times in five on fresh code (see `gradlint rules`).",
+)
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary or warnings.")
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when there are findings.")
@@ -78,6 +83,7 @@ def check(
     ignore: str | None,
     exclude: str | None,
     extend_exclude: str | None,
+    preview: bool | None,
     config_file: Path | None,
     quiet: bool,
     exit_zero: bool,
@@ -102,6 +108,7 @@ def check(
             ignore=_codes(ignore),
             exclude=_patterns(exclude),
             extend_exclude=_patterns(extend_exclude),
+            preview=preview,
         )
     except ConfigError as error:
         _fail(str(error))
@@ -357,7 +364,11 @@ def list_rules(markdown: bool, docs: bool) -> None:
         click.echo(rules_markdown(), nl=False)
         return
     click.echo(
-        rule_table() if markdown else "".join(f"{r.code}  {r.name:<28} {r.summary}\n" for r in rule_infos().values()),
+        rule_table()
+        if markdown
+        else "".join(
+            f"{r.code}  {r.name:<28} {'(preview) ' if r.preview else ''}{r.summary}\n" for r in rule_infos().values()
+        ),
         nl=False,
     )
 
@@ -370,8 +381,12 @@ def rules_markdown() -> str:
 
 def rule_table() -> str:
     """The Markdown rule table of the README, generated from the rules themselves."""
-    rows = [f"| [{r.code}](docs/rules.md#{r.anchor()}) | `{r.name}` | {r.summary()} |" for r in all_rules().values()]
-    return "\n".join(["| Code | Name | What it finds |", "| --- | --- | --- |", *rows]) + "\n"
+    rows = [
+        f"| [{r.code}](docs/rules.md#{r.anchor()}) | `{r.name}` | {'preview' if r.in_preview() else 'on'} "
+        f"| {r.summary()} |"
+        for r in all_rules().values()
+    ]
+    return "\n".join(["| Code | Name | Default | What it finds |", "| --- | --- | --- | --- |", *rows]) + "\n"
 
 
 __all__ = ["Config", "main"]

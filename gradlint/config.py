@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -42,7 +43,9 @@ DEFAULT_EXCLUDE = (
     "dist",
 )
 
-KNOWN_KEYS = frozenset({"select", "ignore", "exclude", "extend-exclude", "per-file-ignores"})
+# Set (to anything but 0), the rules in preview run unless a configuration or flag says otherwise.
+PREVIEW_VARIABLE = "GRADLINT_PREVIEW"
+KNOWN_KEYS = frozenset({"select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "preview"})
 
 
 class ConfigError(Exception):
@@ -58,7 +61,12 @@ class Config:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    preview: bool = field(default_factory=lambda: os.environ.get(PREVIEW_VARIABLE, "") not in ("", "0"))
     root: Path = field(default_factory=Path.cwd, compare=False)
+
+    def runs_preview(self, code: str) -> bool:
+        """Whether a rule in preview runs: with `preview`, or when `select` names its code exactly."""
+        return self.preview or code in self.select
 
     def is_enabled(self, code: str, path: str | None = None) -> bool:
         """Whether findings of `code` are reported (for `path`, if given)."""
@@ -172,6 +180,7 @@ def parse_table(table: Mapping[str, object], source: Path) -> Config:
         exclude=_string_list(table, "exclude", source) or DEFAULT_EXCLUDE,
         extend_exclude=_string_list(table, "extend-exclude", source),
         per_file_ignores=_per_file_ignores(table.get("per-file-ignores", {}), source),
+        preview=_flag(table, "preview", source, Config().preview),
         root=source.parent.resolve(),
     )
     validate_codes(config, source)
@@ -183,6 +192,13 @@ def _string_list(table: Mapping[str, object], key: str, source: Path) -> tuple[s
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{source}: '{key}' must be a list of strings")
     return tuple(value)
+
+
+def _flag(table: Mapping[str, object], key: str, source: Path, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source}: '{key}' must be true or false")
+    return value
 
 
 def _per_file_ignores(value: object, source: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:

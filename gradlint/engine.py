@@ -59,8 +59,15 @@ _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"()[]{}")
 
 
 def enabled_rules(config: Config, path: str) -> list[RuleInfo]:
-    """The rules whose findings `config` reports for `path`, as data (see `gradlint.catalog`)."""
-    return [rule for code, rule in rule_infos().items() if config.is_enabled(code, path)]
+    """The rules whose findings `config` reports for `path`, as data (see `gradlint.catalog`).
+
+    A rule in preview (`gradlint.measured`) runs only with `preview`, or when `select` names its code.
+    """
+    return [
+        rule
+        for code, rule in rule_infos().items()
+        if config.is_enabled(code, path) and (not rule.preview or config.runs_preview(code))
+    ]
 
 
 def could_fire(rule: RuleInfo | type[Rule], data: bytes) -> bool:

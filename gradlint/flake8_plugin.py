@@ -2,22 +2,29 @@
 
 flake8 owns selection and `# noqa` in flake8 mode, so the adapter lints with every rule
 and leaves noqa comments to flake8; the engine uses flake8's own noqa rules, so the
-findings that survive are the ones the gradlint command prints.
+findings that survive are the ones the gradlint command prints. The rules in preview run
+with `--gradlint-preview` (or `gradlint-preview = true` in flake8's configuration), as
+they run with `gradlint --preview`: a default-ignore list would not do, since flake8 lets
+an explicit `--select GL` override it.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradlint import __version__
+from gradlint.config import Config
 from gradlint.engine import lint_source, whole_program
 from gradlint.project import Project
 from gradlint.rule import Diagnostic
 
 if TYPE_CHECKING:
+    from flake8.options.manager import OptionManager  # type: ignore[import-untyped]  # flake8 ships no types
+
     from gradlint.analysis.program import Program
 
 Flake8Error = tuple[int, int, str, type]
@@ -28,6 +35,22 @@ class Plugin:
 
     name = "gradlint"
     version = __version__
+    config = Config()
+
+    @staticmethod
+    def add_options(manager: OptionManager) -> None:
+        """Register `--gradlint-preview`."""
+        manager.add_option(
+            "--gradlint-preview",
+            action="store_true",
+            parse_from_config=True,
+            help="Also run gradlint's rules in preview (see `gradlint rules`).",
+        )
+
+    @classmethod
+    def parse_options(cls, options: argparse.Namespace) -> None:
+        """Take the run's `--gradlint-preview`."""
+        cls.config = Config(preview=True) if options.gradlint_preview else Config()
 
     def __init__(self, tree: ast.AST, lines: list[str], filename: str) -> None:
         # flake8 hands every plugin that asks for `tree` its own ast; gradlint parses
@@ -39,7 +62,7 @@ class Plugin:
     def run(self) -> Iterator[Flake8Error]:
         """Yield flake8's (line, column, "CODE message", type) for every finding."""
         program = _program(self.filename)
-        for diagnostic in lint_source("".join(self.lines), self.filename, noqa=False, program=program):
+        for diagnostic in lint_source("".join(self.lines), self.filename, self.config, noqa=False, program=program):
             yield to_flake8(diagnostic, type(self))
 
 

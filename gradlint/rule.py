@@ -12,6 +12,8 @@ from importlib.metadata import PackageNotFoundError, metadata
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urljoin
 
+from gradlint.measured import in_preview, precision_text
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -188,7 +190,13 @@ class Rule:
     @classmethod
     def _doc(cls) -> str:
         doc = inspect.cleandoc(cls.__doc__ or "")
-        return f"{doc}\n\nIn tests\n{QUIET_IN_TESTS}" if cls.quiet_in_tests else doc
+        doc = f"{doc}\n\nIn tests\n{QUIET_IN_TESTS}" if cls.quiet_in_tests else doc
+        return f"{doc}\n\nPrecision on fresh code\n{textwrap.fill(precision_text(cls.code), 88)}"
+
+    @classmethod
+    def in_preview(cls) -> bool:
+        """Whether the rule is off by default (`gradlint.measured`): it runs with `--preview` or its code selected."""
+        return in_preview(cls.code)
 
     @classmethod
     def anchor(cls) -> str:

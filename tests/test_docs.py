@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from gradlint.catalog import DATA, RuleInfo, generate, rule_infos
 from gradlint.cli import rule_table, rules_markdown
+from gradlint.measured import FRESH
 from gradlint.rule import Rule
 
 ROOT = Path(__file__).parent.parent
@@ -154,3 +156,17 @@ def test_the_pre_commit_examples_run_the_hook_that_pre_commit_hooks_yaml_defines
         (local,) = repo["hooks"]
         assert local["language"] in ("system", "python"), name
         assert (local["id"], local["entry"], local["types_or"]) == (hook["id"], hook["entry"], hook["types_or"]), name
+
+
+def test_the_precision_the_rules_document_is_what_the_judged_draws_measured() -> None:
+    # gradlint/measured.py (preview, each rule's "Precision on fresh code") against benchmarks/fresh/draw*.json.
+    findings: dict[str, list[int]] = {}
+    for draw in sorted((Path(__file__).parents[1] / "benchmarks" / "fresh").glob("draw*.json")):
+        for finding in json.loads(draw.read_text()):
+            counts = findings.setdefault(finding["code"], [0, 0])
+            counts[0] += 1
+            counts[1] += finding["verdict"] in ("bug", "waste", "nit")
+    assert {code: [m.findings, m.right] for code, m in FRESH.items()} == findings
+    assert {code for code, rule in rule_infos().items() if rule.preview} == {
+        code for code, (found, right) in findings.items() if right * 5 < found * 4
+    }

@@ -9,10 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from gradlint.cli import main
+from gradlint.config import PREVIEW_VARIABLE
 from gradlint.rule import all_rules
 
 ROOT = Path(__file__).parent.parent
-# One finding of every rule; each line is what `gradlint examples/` prints, less the message.
+# One finding of every rule; each line is what `gradlint --preview examples/` prints, less the message
+# (the suite runs with GRADLINT_PREVIEW set, see conftest.py).
 EXPECTED = """\
 examples/accumulate_language_model.py:35:13: GL018
 examples/amp_finetune.py:37:9: GL007
@@ -54,6 +56,7 @@ def test_the_examples_show_exactly_one_finding_of_every_rule(monkeypatch: pytest
 
 def test_the_readme_shows_what_the_examples_print(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
+    monkeypatch.delenv(PREVIEW_VARIABLE)  # the README's command: the default gate, no preview
     _, lines = lint_examples()
     block = re.search(r"```\n(examples/.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     assert block is not None

@@ -71,7 +71,9 @@ def test_project_fixtures_need_the_whole_program() -> None:
     """Each project fixture has findings that only calls across its modules explain."""
     for folder in project_fixtures():
         alone = {
-            (path, d.line, d.code) for path in folder.rglob("*.py") for d in lint_source(path.read_text(), str(path))
+            (path, d.line, d.code)
+            for path in folder.rglob("*.py")
+            for d in lint_source(path.read_text(), str(path), Config())
         }
         whole = {(Path(d.path), d.line, d.code) for d in lint_paths([folder], Config(), jobs=1)}
         assert alone < whole, folder

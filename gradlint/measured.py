@@ -1,0 +1,68 @@
+"""What the first-look draws of fresh code measured for each rule: the data behind preview and the rules' docs.
+
+A draw (benchmarks/fresh/) lints PyTorch libraries gradlint had never been run on, with
+its defaults, and a person judges every finding before anything is changed for them. A
+rule whose findings there were right less than four times in five is in *preview*: off
+by default, on with `--preview` (or `preview = true`), until a later draw shows it better.
+A rule that never fired in a draw has no measured precision and stays on. The tests check
+these numbers against benchmarks/fresh/draws.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A rule's findings in the draws so far, and how many of them were right (a bug, a waste or a nit)."""
+
+    findings: int
+    right: int
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the findings were right at least four times in five."""
+        return self.right * 5 >= self.findings * 4
+
+
+# The draws these numbers add up, newest last.
+DRAWS = ("draw 1 of 2026-12-04: 20 libraries, 1.34 million lines, gradlint 29e1c15",)
+LINES = "1.34 million"
+
+FRESH: dict[str, Measured] = {
+    "GL001": Measured(1, 0),
+    "GL002": Measured(3, 0),
+    "GL004": Measured(2, 0),
+    "GL005": Measured(1, 0),
+    "GL008": Measured(5, 0),
+    "GL009": Measured(6, 0),
+    "GL011": Measured(1, 0),
+    "GL016": Measured(1, 0),
+    "GL017": Measured(2, 0),
+    "GL018": Measured(2, 0),
+    "GL019": Measured(3, 0),
+    "GL022": Measured(2, 1),
+}
+
+
+def in_preview(code: str) -> bool:
+    """Whether the rule `code` is off by default: measured on fresh code and right less than four times in five."""
+    measured = FRESH.get(code)
+    return measured is not None and not measured.trusted
+
+
+def precision_text(code: str) -> str:
+    """The documentation's account of what the draws measured for the rule `code`."""
+    measured = FRESH.get(code)
+    if measured is None:
+        return f"No finding in the draws of fresh code so far ({LINES} lines): not measured yet. On by default."
+    status = (
+        "In preview: off by default, on with `--preview` or `preview = true`."
+        if not measured.trusted
+        else "On by default."
+    )
+    return (
+        f"Right {measured.right} of {measured.findings} times on fresh code ({LINES} lines nobody had "
+        f"tuned the rules to, judged at first look; benchmarks/fresh/). {status}"
+    )

@@ -1,0 +1,94 @@
+"""Preview: rules not yet right four times in five on fresh code run only when asked for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gradlint import Config, lint_source
+from gradlint.cli import main
+from gradlint.config import PREVIEW_VARIABLE, ConfigError, parse_table
+from gradlint.measured import FRESH, in_preview
+
+# GL001 (in preview) and GL003 (on by default) in one file.
+SOURCE = textwrap.dedent(
+    """\
+    import torch
+
+    w = torch.randn(3, requires_grad=True)
+    (w * 2).sum().backward()
+    w -= 0.1 * w.grad
+
+    total_loss = 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss
+    """
+)
+
+
+@pytest.fixture
+def default_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of a user who has not asked for preview."""
+    monkeypatch.delenv(PREVIEW_VARIABLE)
+
+
+def codes(config: Config) -> list[str]:
+    return sorted({d.code for d in lint_source(SOURCE, "train.py", config)})
+
+
+@pytest.mark.usefixtures("default_gate")
+def test_rules_in_preview_run_only_with_preview_or_their_code_selected() -> None:
+    assert in_preview("GL001") and not in_preview("GL003")
+    assert codes(Config()) == ["GL003"]
+    assert codes(Config(preview=True)) == ["GL001", "GL003"]
+    assert codes(Config(select=("GL001",))) == ["GL001"]  # an exact code is explicit consent
+    assert codes(Config(select=("GL00",))) == ["GL003"]  # a prefix is not
+
+
+@pytest.mark.usefixtures("default_gate")
+def test_preview_comes_from_the_config_the_command_line_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_table({"preview": True}, Path("pyproject.toml")).preview
+    with pytest.raises(ConfigError, match="'preview' must be true or false"):
+        parse_table({"preview": "yes"}, Path("pyproject.toml"))
+    monkeypatch.setenv(PREVIEW_VARIABLE, "1")
+    assert Config().preview and not parse_table({"preview": False}, Path("pyproject.toml")).preview
+    monkeypatch.setenv(PREVIEW_VARIABLE, "0")
+    assert not Config().preview
+
+
+@pytest.mark.usefixtures("default_gate")
+def test_the_command_line_runs_preview_rules_with_preview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(SOURCE)
+    default = CliRunner().invoke(main, ["check", "--no-cache", "-q", "train.py"]).output
+    preview = CliRunner().invoke(main, ["check", "--no-cache", "-q", "--preview", "train.py"]).output
+    assert "GL003" in default and "GL001" not in default
+    assert "GL003" in preview and "GL001" in preview
+    listed = CliRunner().invoke(main, ["rules"]).output
+    assert "GL001  loss-accumulation            (preview) Checks for" in listed
+    assert "GL003  update-outside-no-grad       Checks for" in listed
+    assert "Right 0 of 1 times on fresh code" in CliRunner().invoke(main, ["rule", "GL001"]).output
+
+
+@pytest.mark.usefixtures("default_gate")
+def test_flake8_runs_preview_rules_with_its_own_option(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SOURCE)
+    command = [sys.executable, "-m", "flake8", "--select", "GL", "train.py"]
+    default = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True).stdout
+    preview = subprocess.run([*command, "--gradlint-preview"], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert "GL003" in default and "GL001" not in default
+    assert "GL003" in preview and "GL001" in preview
+
+
+def test_every_measured_rule_below_four_in_five_is_in_preview() -> None:
+    assert all(in_preview(code) == (m.right * 5 < m.findings * 4) for code, m in FRESH.items())
+    assert not in_preview("GL010")  # never fired on fresh code: not measured, on by default
