@@ -54,6 +54,14 @@ class RuleInfo:
         return with_docs_link(self.body, rule_anchor(self.code, self.name))
 
 
+def could_fire(rule: RuleInfo | type[Rule], data: bytes) -> bool:
+    """Whether `data` holds what `rule.requires` names: every token, or one of each group."""
+    return all(
+        clause in data if isinstance(clause, bytes) else any(token in data for token in clause)
+        for clause in rule.requires
+    )
+
+
 def rule_infos() -> dict[str, RuleInfo]:
     """Every rule by code, sorted: the built-in ones from the catalog, then those registered by other code."""
     builtin = _builtin()

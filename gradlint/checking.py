@@ -15,6 +15,8 @@ from gradlint.analysis.positions import WrittenStatements
 from gradlint.analysis.program import ModuleProgram, Program
 from gradlint.analysis.summaries import ModuleSummary, summarize
 from gradlint.cache import SummaryStore
+from gradlint.catalog import could_fire
+from gradlint.decoding import decode_source, unparsable
 from gradlint.index import Outlines
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, tool_diagnostic
 
@@ -78,8 +80,6 @@ def _firing_through_calls(
     source: bytes, more: list[type[Rule]], program: ModuleProgram, analysis: ModuleAnalysis
 ) -> list[type[Rule]]:
     """The rules of `more` that could fire once the code the module's calls run elsewhere is counted."""
-    from gradlint.engine import could_fire
-
     wanted = frozenset(
         token
         for rule in more
@@ -137,8 +137,6 @@ def new_program(outlines: Outlines, store: SummaryStore | None) -> Program:
 
 
 def _summarize_file(data: bytes, path: str) -> ModuleSummary | None:
-    from gradlint.engine import decode_source, unparsable
-
     try:
         text = decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError):

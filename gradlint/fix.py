@@ -21,14 +21,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from gradlint import notebook
-from gradlint.analysis.program import Program
 from gradlint.config import Config
-from gradlint.engine import lint_notebook, lint_paths, lint_source, source_encoding, whole_program
-from gradlint.rule import LINE_BREAK, Diagnostic, Edit, Fix
+from gradlint.decoding import LINE_BREAK, source_encoding
+from gradlint.engine import lint_notebook, lint_paths, lint_source, whole_program
+from gradlint.rule import Diagnostic, Edit, Fix
+
+if TYPE_CHECKING:
+    from gradlint.engine import Program
 
 # Each pass fixes every finding whose edits do not overlap another's; a few passes settle
 # the rest. The cap keeps a fix that keeps re-triggering its own rule from looping.

@@ -15,7 +15,8 @@ import libcst as cst
 
 from gradlint.analysis import ModuleAnalysis
 from gradlint.analysis.names import ImportMap
-from gradlint.rule import LINE_BREAK, Edit, Fix
+from gradlint.decoding import LINE_BREAK
+from gradlint.rule import Edit, Fix
 
 
 def replace_node(

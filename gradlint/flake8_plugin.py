@@ -25,7 +25,7 @@ from gradlint.rule import Diagnostic
 if TYPE_CHECKING:
     from flake8.options.manager import OptionManager  # type: ignore[import-untyped]  # flake8 ships no types
 
-    from gradlint.analysis.program import Program
+    from gradlint.engine import Program
 
 Flake8Error = tuple[int, int, str, type]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -33,14 +33,17 @@ from pygls.uris import to_fs_path as uri_to_path
 from pygls.workspace import PositionCodec, TextDocument
 
 from gradlint import __version__
-from gradlint.analysis.program import Program
 from gradlint.cache import MemoryStore
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
+from gradlint.decoding import LINE_BREAK
 from gradlint.engine import lint_source_and_uses, whole_program
 from gradlint.fix import fix_source, verify_fix
 from gradlint.incremental import IncrementalParser
 from gradlint.noqa import noqa_edits
-from gradlint.rule import INTERNAL_ERROR, LINE_BREAK, PARSE_ERROR, Diagnostic, Fix, Related, Rule, all_rules
+from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Fix, Related, Rule, all_rules
+
+if TYPE_CHECKING:
+    from gradlint.engine import Program
 
 SOURCE = "gradlint"
 # How long typing must pause before a lint starts. Latency is counted from the pause, so

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from gradlint import notebook
 from gradlint.config import Config
-from gradlint.engine import NOQA, lint_source, noqa_lines, source_encoding
+from gradlint.decoding import LINE_BREAK, source_encoding
+from gradlint.engine import NOQA, lint_source, noqa_lines
 from gradlint.fix import apply_edits, write_atomically
-from gradlint.rule import LINE_BREAK, Diagnostic, Edit, all_rules
+from gradlint.rule import Diagnostic, Edit, all_rules
 
 
 @dataclass(frozen=True)

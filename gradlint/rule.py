@@ -27,8 +27,6 @@ HOMEPAGE_LABELS = ("homepage", "repository", "source")
 # The two codes that are not rules: a file that cannot be read or parsed, and gradlint's own failure.
 PARSE_ERROR = ("GL000", "parse-error")
 INTERNAL_ERROR = ("GL999", "internal-error")
-# Line breaks as LibCST counts lines: the line numbers of diagnostics and edits.
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from gradlint import notebook
+from gradlint.decoding import LINE_BREAK
 from gradlint.rule import Diagnostic, Related
 
 # LibCST counts CRLF, CR and LF as line breaks, and nothing else (unlike str.splitlines).
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class SourceLines:
@@ -37,4 +36,4 @@ def _read(path: Path) -> list[str] | notebook.Notebook | None:
             return notebook.read_notebook(data)
     except (OSError, notebook.NotebookError):
         return None
-    return _LINE_BREAK.split(data.decode("utf-8", "replace"))
+    return LINE_BREAK.split(data.decode("utf-8", "replace"))

@@ -11,7 +11,8 @@ from test_flake8_plugin import LOOP as NOQA_LOOP  # one leak, with a comment slo
 from gradlint import Config, Diagnostic, lint_source
 from gradlint.analysis import Kind, Role, analyze
 from gradlint.analysis.names import dotted_name
-from gradlint.engine import find_targets, lint_targets, source_encoding
+from gradlint.decoding import source_encoding
+from gradlint.engine import find_targets, lint_targets
 
 LEAK = """\
 import torch

@@ -16,6 +16,7 @@ import libcst as cst
 import pytest
 
 import gradlint.checking
+import gradlint.decoding
 import gradlint.engine
 import gradlint.fix
 from gradlint import Config, Diagnostic, lint_paths, lint_source
@@ -682,7 +683,7 @@ def test_a_file_over_the_size_limit_says_how_big_it_is() -> None:
 
 
 def test_a_file_of_exactly_the_size_limit_is_linted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gradlint.engine, "MAX_FILE_BYTES", len(LEAK))
+    monkeypatch.setattr(gradlint.decoding, "MAX_FILE_BYTES", len(LEAK))
     assert [d.code for d in lint_source(LEAK, "train.py")] == ["GL001"]
     assert [d.code for d in lint_source(LEAK + "\n", "train.py")] == ["GL000"]
 

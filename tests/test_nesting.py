@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gradlint import lint_source
-from gradlint.engine import MAX_NESTING
+from gradlint.decoding import MAX_NESTING
 
 STEP = "import torch\nloss.backward()\n"  # a file some rule could fire on: the guard runs
 REFUSED = f"cannot parse: brackets are nested more than {MAX_NESTING} deep"

@@ -111,7 +111,7 @@ def test_positions_are_libcsts_and_lines_its_code() -> None:
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     from gradlint.analysis import analyze
-    from gradlint.rule import LINE_BREAK
+    from gradlint.decoding import LINE_BREAK
 
     for path in [*ROOT.glob("examples/*.py"), *sorted(ROOT.glob("fixtures/**/*.py"))[:40]]:
         module = cst.parse_module(path.read_text(encoding="utf-8"))

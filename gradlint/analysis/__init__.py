@@ -34,7 +34,7 @@ from gradlint.analysis.targets import Targets
 from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
 from gradlint.analysis.values import GradValues, names_in
-from gradlint.rule import LINE_BREAK
+from gradlint.decoding import LINE_BREAK
 
 __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
 

@@ -15,21 +15,46 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 
-from gradlint.analysis.collect import Scope
-from gradlint.analysis.leaves import Held, is_leaf_value
+from gradlint.analysis.collect import Collected, Context, Scope
+from gradlint.analysis.leaves import Held, Leaves, is_leaf_value
 from gradlint.analysis.names import dotted_name
-from gradlint.analysis.origins import Binding
-from gradlint.analysis.roles import Role
-from gradlint.analysis.steps import Event, Kind
-from gradlint.analysis.summaries import GRAD_READ
+from gradlint.analysis.origins import Binding, Origins
+from gradlint.analysis.program import Callee
+from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.steps import Event, EventIndex, Kind
+from gradlint.analysis.summaries import GRAD_READ, Effect
 from gradlint.analysis.tree import children, descendants
 
-if TYPE_CHECKING:
-    from gradlint.analysis import ModuleAnalysis
+
+class ModuleAnalysis(Protocol):
+    """What the `.grad` reads ask of the module's analysis (`gradlint.analysis.ModuleAnalysis` gives it): the
+    layer below is named by what it is used for, so that this module never imports its package's `__init__`."""
+
+    collected: Collected
+    roles: Roles
+    events: EventIndex
+
+    @property
+    def origins(self) -> Origins: ...
+
+    @property
+    def leaves(self) -> Leaves: ...
+
+    @property
+    def outside_calls(self) -> list[tuple[cst.Call, Callee, list[tuple[Effect, cst.BaseExpression | None]]]]: ...
+
+    def holds_parameters(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool: ...
+
+    def context(self, node: cst.CSTNode) -> Context: ...
+
+    def code(self, node: cst.CSTNode, limit: int = 40) -> str: ...
+
+    def is_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool: ...
+
 
 MAX_DEPTH = 3
 # Attributes and methods only a tensor has: `args.grad.clip` is a setting, `p.grad.data` a tensor.
