@@ -91,6 +91,13 @@ class Roles:
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.annotations: dict[str, Role] = {}
         self.classes = {cls.name.value: cls for cls in collected.classes}
+        # Names the module binds by `def` or by an import: functions and other modules' objects, whose name proves
+        # nothing about what they are (`save_best_model(...)` saves a checkpoint).
+        self.not_by_name = frozenset(
+            {f.name.value for f in collected.functions if collected.def_scopes.get(f) is collected.module}
+            | set(collected.imports.aliases)
+            | set(collected.imports.relative)
+        )
         # Names given to more than one class (a `ToyModel` in each test): which one a call builds is unknown.
         counts = Counter(cls.name.value for cls in collected.classes)
         self.redefined = frozenset(name for name, count in counts.items() if count > 1)
@@ -200,6 +207,8 @@ class Roles:
                 return role
         if "." not in key and key in self.classes:
             return None  # a class, not an instance of it
+        if key.partition(".")[0] in self.not_by_name:
+            return Role.MODEL if key in self.optimized else None
         named = _role_from_name(key.rsplit(".", 1)[-1])
         return Role.MODEL if named is None and key in self.optimized else named
 
