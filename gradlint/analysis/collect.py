@@ -173,6 +173,25 @@ class Collected:
     disabling: frozenset[str] = frozenset()  # the module's own grad-disabling wrappers
     _bodies: dict[cst.If, frozenset[cst.CSTNode]] = field(default_factory=dict, repr=False)
 
+    def tested_types(self, key: str, at: cst.CSTNode) -> frozenset[str]:
+        """The types `key` is proven an instance of at statement `at`: the qualified names of the
+        `isinstance(key, T)` tests of the `if`s whose body holds it (`if isinstance(m, nn.Parameter):`)."""
+        context = self.contexts.get(at)
+        found: set[str] = set()
+        for branch in context.ifs if context is not None else ():
+            test = branch.test if isinstance(branch, cst.If) else None
+            if (
+                isinstance(test, cst.Call)
+                and last_name(test.func) == "isinstance"
+                and len(test.args) == 2
+                and dotted_name(test.args[0].value) == key
+                and any(node is at for node in descendants(cast(cst.If, branch).body))
+            ):
+                tested = test.args[1].value
+                types = [element.value for element in tested.elements] if isinstance(tested, cst.Tuple) else [tested]
+                found.update(name for name in map(self.imports.resolve, types) if name is not None)
+        return frozenset(found)
+
     def statements_in_scope(self, scope: Scope) -> list[cst.BaseSmallStatement]:
         """The simple statements whose innermost function (or the module) is `scope`, in order."""
         return self._statements_by_scope.get(scope, [])

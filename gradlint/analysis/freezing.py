@@ -56,6 +56,10 @@ COMPUTED_SUFFIX = re.compile(
     r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
     r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
 )
+# Types whose instances are tensors, never modules, as an `isinstance` test names them through the imports.
+TENSOR_TYPES = frozenset(
+    {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter", "nn.Parameter", "nn.parameter.Parameter"}
+)
 # What helpers call the module they are given: `def freeze(module): ...`.
 MODULE_WORD = re.compile(r"(sub)?module|child|(sub)?net")
 MAX_DEPTH = 6
@@ -134,8 +138,8 @@ class Freezing:
         if isinstance(expression, cst.Call):
             return self._built_module(expression)
         key = dotted_name(expression)
-        if key is None or key == "self":
-            return False
+        if key is None or key == "self" or self.collected.tested_types(key, at) & TENSOR_TYPES:
+            return False  # Ex) if isinstance(m, nn.Parameter): m.requires_grad = False
         definitions = self.origins.definitions(key, at)
         if OUTSIDE not in definitions:
             return all(self._defines_module(definition, key) for definition in definitions)
