@@ -270,12 +270,19 @@ def _saves_output(value: cst.BaseExpression) -> bool:
             value = value.value
             continue
         name = last_name(value.func) or ""
+        if _of_self(value.func):
+            return False  # Ex) self.norm(x): a submodule or a method, judged by what built it, never by its name
         if name in SAVES_OUTPUT:
             return not any(arg.keyword is not None and arg.keyword.value == "inplace" for arg in value.args)
         if name not in VIEWS or not isinstance(value.func, cst.Attribute):
             return False
         value = value.func.value  # a view of a saved output shares its storage
     return False
+
+
+def _of_self(func: cst.BaseExpression) -> bool:
+    """Whether a call's function is an attribute of `self` (`self.norm`): no tensor operation, whatever its name."""
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
 
 
 def _is_view_index(node: cst.Subscript) -> bool:
