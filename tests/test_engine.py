@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import libcst as cst
@@ -320,3 +323,36 @@ def test_gl007_tells_a_clip_after_the_step_from_one_before_the_next_backward() -
     found = lint_source(CLIP_AFTER_STEP.replace("    optimizer.zero_grad()\n", ""), "train.py")
     [uncleared] = [d for d in found if d.code == "GL007"]
     assert uncleared.message.startswith("gradients are clipped after `optimizer.step()`")
+
+
+# Two definitions of one term, on the two paths of an `if`: whichever the analysis takes first decides the line.
+BRANCHED_TERMS = """\
+import torch
+
+
+def train(generator, flow_net, criterion, optimizer, loader, lite):
+    for frames, target in loader:
+        fake = generator(frames)
+        if lite:
+            flow = flow_net.estimate(fake).detach()
+        else:
+            flow = (flow_net(fake * 255.0) / 255.0).detach()
+        loss = criterion(fake, target) + criterion(flow, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_findings_do_not_depend_on_the_hash_seed_or_on_memory_addresses(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(BRANCHED_TERMS)
+    root = Path(__file__).parents[1]
+    command = [sys.executable, "-m", "gradlint", "--no-cache", "-q", "--select", "GL019", str(path)]
+    outputs = {
+        subprocess.run(
+            command, cwd=root, env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True, text=True
+        ).stdout
+        for seed in range(6)
+    }
+    assert len(outputs) == 1 and ":8:20: GL019" in outputs.pop()  # the first definition, in source order

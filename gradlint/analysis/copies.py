@@ -121,21 +121,21 @@ class LeafCopies:
                 found.extend(self.copies_of(definition.value, definition.node, seen | {definition.node}))
         return found
 
-    def _global_definitions(self, key: str, at: cst.CSTNode) -> frozenset[Definition]:
+    def _global_definitions(self, key: str, at: cst.CSTNode) -> tuple[Definition, ...]:
         """Where a name a function does not bind was bound: at module level, or `self.x` in another method."""
         function = self.collected.contexts[at].function
         if function is None:
-            return frozenset()
+            return ()
         if key.startswith("self.") and key.count(".") == 1:
             # Ex) self.log_alpha = torch.zeros(1, requires_grad=True).to(device) in __init__, optimized elsewhere
             owner = self.collected.owners.get(function)
             methods = self.collected.owners.items()
             scopes: list[Scope] = [method for method, cls in methods if cls is owner and method is not function]
         elif "." in key or key in parameter_names(function):
-            return frozenset()
+            return ()
         else:
             scopes = [self.collected.module]  # Ex) w1 = torch.randn(n, requires_grad=True).cuda(), used in a function
-        return frozenset(
+        return tuple(
             Definition(statement, statement.value, Binding.ASSIGN)
             for scope in scopes
             for statement in self.collected.statements_in_scope(scope)

@@ -53,14 +53,21 @@ class Origins:
         self._before: dict[cst.CSTNode, Reaching] = {}
         self._walked: set[Scope] = set()
 
-    def definitions(self, key: str, at: cst.CSTNode) -> frozenset[Definition]:
-        """The definitions of `key` (`loss`, `self.h`) that may hold just before statement `at`."""
+    def definitions(self, key: str, at: cst.CSTNode) -> tuple[Definition, ...]:
+        """The definitions of `key` (`loss`, `self.h`) that may hold just before statement `at`, in source order
+        (OUTSIDE first): whoever takes the first that answers gets the same one on every run."""
         context = self.collected.contexts.get(at)
         scope = context.scope if context is not None else self.collected.module
         if scope not in self._walked:
             self._walked.add(scope)
             _Walker(self._before).walk_scope(scope)
-        return self._before.get(at, {}).get(key, frozenset({OUTSIDE}))
+        found = self._before.get(at, {}).get(key)
+        if found is None:
+            return (OUTSIDE,)
+        if len(found) == 1:
+            return tuple(found)
+        order = self.collected.order
+        return tuple(sorted(found, key=lambda definition: order.get(definition.node, -1)))
 
     def reads(self, expression: cst.BaseExpression, key: str, at: cst.CSTNode) -> bool:
         """Whether `expression`, evaluated just before `at`, may be computed from the value of `key`."""

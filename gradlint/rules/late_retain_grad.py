@@ -83,7 +83,7 @@ class LateRetainGrad(Rule):
         if not isinstance(later.node, cst.Call) or not later.direct or later.value is None:
             return True  # a backward inside a helper: its loss cannot be traced here
         at = statement_of(later.node)
-        same_value = bool(origins.definitions(key, statement_of(call)) & origins.definitions(key, at))
+        same_value = not set(origins.definitions(key, statement_of(call))).isdisjoint(origins.definitions(key, at))
         return same_value and origins.reads(later.value, key, at)
 
     def _handed_to_caller(self, key: str, call: cst.Call) -> bool:
