@@ -323,7 +323,7 @@ class _Walker:
         if isinstance(statement, cst.Assign):
             nodes = self.nodes_of(statement.value, state, statement)
             for target in statement.targets:
-                state = self._bind(target.target, nodes, state)
+                state = self._bind_unpacked(target.target, statement, nodes, state)
         elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
             state = self._bind(statement.target, self.nodes_of(statement.value, state, statement), state)
         elif isinstance(statement, cst.AugAssign):
@@ -403,6 +403,35 @@ class _Walker:
     def _fresh_id(self) -> int:
         self.counter += 1
         return self.counter
+
+    def _bind_unpacked(self, target: cst.BaseExpression, statement: cst.Assign, nodes: Nodes, state: _State) -> _State:
+        """Bind a target; unpacked from a call, each element gets the graph only if the values analysis says it
+        carries one (the output of a forward pass, a recurrent state the call takes back), not the others."""
+        value = statement.value
+        if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Call) or not nodes:
+            return self._bind(target, nodes, state)
+        if any(isinstance(element, cst.StarredElement) for element in target.elements):
+            return self._bind(target, nodes, state)
+        flags = {key: bool(held) for key, held in state.env.items()}
+        facts = self.graphs.values.elements(value, len(target.elements), flags, self.scope)
+        # A call nothing is known of: its first result is what it computes, the others are unknown.
+        known = facts if facts is not None else [True, *([None] * (len(target.elements) - 1))]
+        for element, fact in zip(target.elements, known, strict=True):
+            state = self._bind_element(element.value, fact, statement, nodes, state)
+        return state
+
+    def _bind_element(
+        self, target: cst.BaseExpression, fact: bool | None, statement: cst.Assign, nodes: Nodes, state: _State
+    ) -> _State:
+        if fact is not None:
+            return self._bind(target, nodes if fact else frozenset(), state)
+        if isinstance(target, (cst.Tuple, cst.List)):  # Ex) out, (h, c) = lstm(x, (h, c))
+            for element in target.elements:
+                state = self._bind_element(element.value, None, statement, nodes, state)
+            return state
+        key = dotted_name(target)
+        carried = key is not None and self.graphs.values.carried_state(key, statement, statement.value)
+        return self._bind(target, nodes if carried else frozenset(), state)
 
     def _bind(self, target: cst.BaseExpression, nodes: Nodes, state: _State) -> _State:
         if isinstance(target, (cst.Tuple, cst.List)):

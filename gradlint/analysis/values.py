@@ -9,8 +9,8 @@ rules stay quiet.
 Unpacking a tuple keeps each element's own fact: `loss, acc = step(batch)` with a
 same-module `step` that returns `loss, accuracy(...)` leaves `acc` graph-free. The
 extra results of a forward pass (`loss, count = model.forward_loss(batch)`) are
-unknown, unless the scope feeds them back into a forward pass (a recurrent state:
-`out, hidden = rnn(x, hidden)`) or backpropagates them.
+unknown, unless the same call takes them back (a recurrent state, from the loop's last
+pass or kept on an object: `out, hidden = rnn(x, hidden)`) or the scope backpropagates them.
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ class GradValues:
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
-        self._state_keys: dict[Scope, frozenset[str]] = {}
 
     def env_before(self, statement: cst.CSTNode) -> Env:
         """What is known about names just before `statement` runs."""
@@ -116,25 +115,24 @@ class GradValues:
             self._backprop_keys[scope] = frozenset(keys)
         return self._backprop_keys[scope]
 
-    def state_keys(self, scope: Scope) -> frozenset[str]:
-        """Names passed into a forward pass in `scope` (`hidden` in `model(x, hidden)`)."""
-        if scope not in self._state_keys:
-            keys: set[str] = set()
-            for call in self.collected.calls_in_scope(scope):
-                func = call.func
-                method = func.attr.value if isinstance(func, cst.Attribute) else None
-                if self._is_forward_call(func, method, scope):
-                    for arg in call.args:
-                        keys.update(operand_names(arg.value, self.roles.imports.aliases))
-            self._state_keys[scope] = frozenset(keys)
-        return self._state_keys[scope]
+    def carried_state(self, key: str, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        """Whether `key`, an extra result of the forward pass `value` at `statement`, is a recurrent state: the same
+        call takes it back, either from the loop's last pass (`out, hidden = rnn(x, hidden)`) or kept on an object
+        across calls (`out, self.hidden = self.rnn(x, self.hidden)`). Fed only to other code, it is unknown."""
+        if not isinstance(value, cst.Call):
+            return False
+        aliases = self.roles.imports.aliases
+        if not any(key in operand_names(arg.value, aliases) for arg in value.args):
+            return False
+        return "." in key or any(d.node is statement for d in self.events.origins.definitions(key, statement))
 
     def elements(self, node: cst.BaseExpression, count: int, env: Env, scope: Scope) -> list[bool | None] | None:
         """The fact of each of `count` values unpacked from `node` (None: unknown), or None when not known apart.
 
         A tuple written out, and a same-module helper whose every `return` writes one,
         keep their elements apart; a forward pass's first result is its output and the
-        others are unknown unless fed back into a forward pass or backpropagated.
+        others are unknown unless the same call takes them back (a recurrent state) or
+        they are backpropagated.
         """
         if isinstance(node, (cst.Tuple, cst.List)):
             if len(node.elements) != count or any(isinstance(e, cst.StarredElement) for e in node.elements):
@@ -337,7 +335,7 @@ class _Walker(ForwardWalk[bool]):
         no_grad = context is not None and context.no_grad
         if isinstance(statement, cst.Assign):
             for target in statement.targets:
-                self._assign_value(target.target, statement.value, no_grad)
+                self._assign_value(target.target, statement.value, no_grad, statement)
         elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
             self.assign(statement.target, not no_grad and self.values.evaluate(statement.value, self.env, self.scope))
         elif isinstance(statement, cst.AugAssign):
@@ -372,23 +370,27 @@ class _Walker(ForwardWalk[bool]):
         ):
             self.env = {**self.env, key: False}
 
-    def _assign_value(self, target: cst.BaseExpression, value: cst.BaseExpression, no_grad: bool) -> None:
+    def _assign_value(
+        self, target: cst.BaseExpression, value: cst.BaseExpression, no_grad: bool, statement: cst.Assign
+    ) -> None:
         if not no_grad and isinstance(target, (cst.Tuple, cst.List)):
             elements = self.values.elements(value, len(target.elements), self.env, self.scope)
             if elements is not None and not any(isinstance(e, cst.StarredElement) for e in target.elements):
                 for element, grad in zip(target.elements, elements, strict=True):
-                    self._assign_element(element.value, grad)
+                    self._assign_element(element.value, grad, value, statement)
                 return
         self.assign(target, not no_grad and self.values.evaluate(value, self.env, self.scope))
 
-    def _assign_element(self, target: cst.BaseExpression, grad: bool | None) -> None:
+    def _assign_element(
+        self, target: cst.BaseExpression, grad: bool | None, value: cst.BaseExpression, statement: cst.Assign
+    ) -> None:
         if grad is not None:
             self.assign(target, grad)
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
-                self._assign_element(element.value, None)
+                self._assign_element(element.value, None, value, statement)
         elif (key := dotted_name(target)) is not None:
-            if key in self.values.state_keys(self.scope) or key in self.values.backprop_keys(self.scope):
+            if self.values.carried_state(key, statement, value) or key in self.values.backprop_keys(self.scope):
                 self.env = {**self.env, key: True}
             else:
                 self.env = {k: v for k, v in self.env.items() if k != key}  # unknown: nothing assumed
