@@ -19,6 +19,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.roles import Role, Roles
+from gradlint.analysis.tree import descendants
 
 if TYPE_CHECKING:
     from gradlint.analysis.origins import Origins
@@ -103,6 +104,15 @@ def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
 # torch.autograd.backward(tensors=), autograd.grad(outputs=), scaler.scale(outputs=),
 # accelerator/DeepSpeed/manual_backward(loss=), fabric.backward(tensor=).
 FIRST_ARGUMENT_KEYWORDS = ("tensors", "outputs", "loss", "tensor")
+
+
+def _clears(value: cst.BaseExpression) -> bool:
+    """Whether a value assigned to `.grad` clears it: None, or zeros (`p.grad = Variable(g.new().zero_())` too)."""
+    if isinstance(value, cst.Call) and last_name(value.func) == "Variable" and value.args:
+        value = value.args[0].value  # the pre-0.4 wrapper
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    return last_name(value.func if isinstance(value, cst.Call) else value) in ("zeros_like", "zeros", "zero_")
 
 
 def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
@@ -386,15 +396,29 @@ class EventIndex:
     def _classify_grad_assignment(self, node: cst.Assign) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
         # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)  /  p.grad = Variable(g.new().resize_as_(g).zero_())
         for target in node.targets:
-            if last_name(target.target) == "grad" and isinstance(target.target, cst.Attribute):
-                value = node.value
-                if isinstance(value, cst.Call) and last_name(value.func) == "Variable" and value.args:
-                    value = value.args[0].value  # the pre-0.4 wrapper
-                if (isinstance(value, cst.Name) and value.value == "None") or last_name(
-                    value.func if isinstance(value, cst.Call) else value
-                ) in ("zeros_like", "zeros", "zero_"):
-                    return Kind.CLEAR, None, False, False
+            if (
+                last_name(target.target) == "grad"
+                and isinstance(target.target, cst.Attribute)
+                and _clears(node.value)
+                and not self._copied_otherwise(node, dotted_name(target.target))
+            ):
+                return Kind.CLEAR, None, False, False
         return None
+
+    def _copied_otherwise(self, node: cst.Assign, key: str | None) -> bool:
+        """Whether the `if` around a `p.grad = None` gives `p.grad` a value on its other path: a copy of another
+        tensor's gradient state (`if src.grad is None: p.grad = None else: p.grad = src.grad.clone()`), no clear."""
+        context = self.collected.contexts.get(node)
+        branch = next((node for node in reversed(context.ifs) if isinstance(node, cst.If)), None) if context else None
+        if branch is None or key is None:
+            return False
+        return any(
+            isinstance(other, cst.Assign)
+            and other is not node
+            and not _clears(other.value)
+            and any(dotted_name(target.target) == key for target in other.targets)
+            for other in descendants(branch)
+        )
 
     def scope_events(self, scope: Scope, depth: int = 0) -> tuple[Event, ...]:
         """Every event of a scope in order, with same-module helpers inlined."""
