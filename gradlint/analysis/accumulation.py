@@ -497,18 +497,22 @@ class _Judge:
 
 
 def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.FunctionDef, cst.Return]]:
-    """Hugging Face Trainers' `compute_loss` overrides that take `num_items_in_batch`, ignore it, divide by nothing.
+    """Hugging Face Trainers' `compute_loss` overrides that ignore `num_items_in_batch`, divide by nothing, and whose
+    class declares its loss already scaled for accumulation (`loss_is_scaled_for_ga = True`).
 
-    Trainer divides the loss by the accumulation steps itself only when the model takes no loss
-    kwargs (`**kwargs` in its forward) or `num_items_in_batch` is None; otherwise it expects
-    `compute_loss` to use `num_items_in_batch`, or the class to set `model_accepts_loss_kwargs = False`.
+    Trainer's `training_step` (transformers 5) divides the loss `compute_loss` returns by the
+    accumulation steps unless the loss counts as scaled: `loss_is_scaled_for_ga` when the
+    class sets it, otherwise when the model's forward takes loss kwargs and the batch gives
+    `num_items_in_batch`, both known only at run time. Only the declaration proves that
+    Trainer leaves the division to `compute_loss`; without it, whether the loss is divided
+    is unknown, and nothing is reported.
     """
-    if any(_sets_accepts_loss_kwargs(statement) for statement in collected.statements):
-        return
     for function, owner in collected.owners.items():
         if function.name.value != "compute_loss" or not any(
             (last_name(base.value) or "").endswith("Trainer") for base in owner.bases
         ):
+            continue
+        if not _declares_scaled(collected, owner):
             continue
         if "num_items_in_batch" not in parameter_names(function) or _identifiers(function.body) & TRAINER_SCALING_NAMES:
             continue
@@ -523,10 +527,16 @@ TRAINER_SCALING_NAMES = frozenset(
 )
 
 
-def _sets_accepts_loss_kwargs(statement: cst.BaseSmallStatement) -> bool:
-    # Ex) self.model_accepts_loss_kwargs = False
-    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
-    return any(last_name(target) == "model_accepts_loss_kwargs" for target in targets)
+def _declares_scaled(collected: Collected, owner: cst.ClassDef) -> bool:
+    """Whether the class sets `loss_is_scaled_for_ga = True`, in its body or on `self` in a method."""
+    return any(
+        isinstance(statement, cst.Assign)
+        and isinstance(statement.value, cst.Name)
+        and statement.value.value == "True"
+        and any(last_name(target.target) == "loss_is_scaled_for_ga" for target in statement.targets)
+        and collected.contexts[statement].class_def is owner
+        for statement in collected.statements
+    )
 
 
 def _identifiers(node: cst.CSTNode) -> set[str]:

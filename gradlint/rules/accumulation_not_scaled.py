@@ -19,8 +19,8 @@ COUNTER = (
 )
 
 TRAINER_LOSS = (
-    "this `compute_loss` ignores `num_items_in_batch` and divides by nothing: where the model's forward takes "
-    "`**kwargs`, Trainer skips its own division, so each step sums the accumulated micro-batches' losses"
+    "this `compute_loss` ignores `num_items_in_batch` and divides by nothing, and the class declares its loss "
+    "scaled, so Trainer skips its own division: each step sums the accumulated micro-batches' losses"
 )
 
 
@@ -65,9 +65,11 @@ class AccumulationNotScaled(Rule):
 
     A Hugging Face `Trainer.compute_loss` override that takes `num_items_in_batch` is
     reported when it neither uses it, nor divides by `gradient_accumulation_steps`, nor
-    calls `super().compute_loss`, and the module never sets `model_accepts_loss_kwargs =
-    False`: Trainer then leaves the division to `compute_loss` for every model whose
-    forward takes `**kwargs` (most language models), as its documentation says.
+    calls `super().compute_loss`, and its class declares the loss already scaled
+    (`loss_is_scaled_for_ga = True`): Trainer then uses the loss as it is. Without the
+    declaration Trainer (transformers 5) divides by the accumulation steps itself unless
+    the model's forward takes loss kwargs and the batch gives `num_items_in_batch`, which
+    only the run decides: such an override is not reported.
 
     Known problems
     A loss that comes from a call of another module is taken to be unscaled unless the
@@ -76,8 +78,9 @@ class AccumulationNotScaled(Rule):
     loop's count or its bound) or by `chunk`/`split`. A loss with any scaled term (`ce /
     k + kl`) counts as scaled, and a division by a loop count of an outer loop (`loss /
     epoch`) reads as a running count. A mask is known by its name (`mask` in it).
-    Whether a Trainer's model takes `**kwargs` is not known statically, and an override
-    that takes `**kwargs` instead of `num_items_in_batch` is not checked.
+    Whether a Trainer's model takes loss kwargs is not known statically, so an override
+    is judged only where its class declares its loss scaled; one that takes `**kwargs`
+    instead of `num_items_in_batch` is not checked.
 
     References
     https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
