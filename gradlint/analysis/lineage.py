@@ -317,7 +317,34 @@ class Lineages:
         if reduced is not None and index == 1:
             # Ex) _, predicted = torch.max(outputs, 1)
             return self._trace(reduced, at, bindings, depth + 1).cut_by(value)
-        return self._trace(value, at, bindings, depth + 1)
+        returned = self._trace_returned_element(value, index, at, bindings, depth) if index is not None else None
+        return returned if returned is not None else self._trace(value, at, bindings, depth + 1)
+
+    def _trace_returned_element(
+        self, value: cst.BaseExpression, index: int, at: cst.CSTNode, bindings: Bindings, depth: int
+    ) -> Lineage | None:
+        """The lineage of element `index` of what a same-module helper returns, when each of its `return`s writes a
+        tuple (`padded, lengths = upsample(feats)`): each element is what it was computed from, not the whole call."""
+        if not isinstance(value, cst.Call) or value not in self.collected.contexts or depth >= MAX_DEPTH:
+            return None
+        helper = self.events.resolve_helper(value)
+        if helper is None:
+            return None
+        returns = [s for s in self.collected.statements_in_scope(helper) if isinstance(s, cst.Return)]
+        written = [r.value for r in returns if isinstance(r.value, cst.Tuple)]
+        if (
+            not returns
+            or len(written) != len(returns)
+            or any(
+                len(t.elements) <= index or any(isinstance(e, cst.StarredElement) for e in t.elements) for t in written
+            )
+        ):
+            return None
+        inner = self.call_bindings(value, helper, at, bindings, depth + 1)
+        result = NONE
+        for statement, returned in zip(returns, written, strict=True):
+            result = result | self._trace(returned.elements[index].value, statement, inner, depth + 1)
+        return result
 
     def _free(
         self, node: cst.Name | cst.Attribute, key: str, at: cst.CSTNode, bindings: Bindings, depth: int
