@@ -224,6 +224,47 @@ e = model(x)
     assert modes == {"a": "disabled", "b": "disabled", "c": "enabled", "d": "unknown", "e": "enabled"}
 
 
+def test_grad_mode_is_unknown_under_decorators_nobody_can_read_and_in_callbacks() -> None:
+    source = """\
+import functools
+import torch
+from tools import smart_inference_mode
+
+
+def plain(fn):
+    return fn
+
+
+@smart_inference_mode()
+def a_():
+    a = model(x)
+
+
+@plain
+@functools.wraps(f)
+def b_():
+    b = model(x)
+
+
+def outer(quantize):
+    def callback(m):
+        c = m(x)
+
+    def helper():
+        d = model(x)
+
+    quantize(model, callback)
+    return helper()
+"""
+    analysis = analyze(cst.parse_module(source))
+    modes = {
+        statement.targets[0].target.value: analysis.context(statement).grad_mode.value
+        for statement in analysis.collected.statements
+        if isinstance(statement, cst.Assign)
+    }
+    assert modes == {"a": "unknown", "b": "enabled", "c": "unknown", "d": "enabled"}
+
+
 @pytest.mark.parametrize(
     ("expression", "expected"),
     [

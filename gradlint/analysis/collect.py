@@ -389,7 +389,21 @@ class Collector:
             mode = self._decorated_mode(decorator.decorator) or mode
         if function.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
             mode = GradMode.DISABLED
+        if isinstance(self.context.scope, cst.FunctionDef) and _only_handed_on(function.name.value, self.context.scope):
+            mode = GradMode.UNKNOWN  # a callback: it runs where the code it is handed to runs it
         self.context = Context(scope=function, class_def=self.context.class_def, grad_mode=mode)
+
+
+def _only_handed_on(name: str, scope: cst.FunctionDef) -> bool:
+    """Whether the nested function `name` is passed to calls in `scope` and never called there itself
+    (`mtq.quantize(model, config, forward_loop)`): the grad mode it runs in is the callee's, unknown here."""
+    handed = called = False
+    for node in descendants(scope.body):
+        if not isinstance(node, cst.Call):
+            continue
+        called = called or (isinstance(node.func, cst.Name) and node.func.value == name)
+        handed = handed or any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in node.args)
+    return handed and not called
 
 
 def _field_context(collector: Collector, node: cst.CSTNode) -> Context:
