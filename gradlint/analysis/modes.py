@@ -334,12 +334,19 @@ class ModeSwitches:
         if isinstance(call.func, cst.Attribute):
             arguments = (call.func.value, *arguments)
         marks: list[Mark] = []
+        evaluated: set[str] = set()  # what the function itself has put in eval mode so far
         for effect, model in effects:
             if effect.kind == Kind.BACKWARD.value:
+                # Which arguments' forwards feed the backward, the summary does not say; one the function put in
+                # eval itself before it (a teacher it runs under no_grad) is meant to be there.
+                trained = tuple(argument for argument in arguments if dotted_name(argument) not in evaluated)
                 if not marks or marks[-1].mode is not Mode.TRAINING:
-                    marks.append(Mark(Mode.TRAINING, arguments, call, call, context.loops))
+                    marks.append(Mark(Mode.TRAINING, trained, call, call, context.loops))
             elif effect.kind in (TRAIN, EVAL) and model is not None:
                 mode = Mode.EVAL if effect.kind == EVAL else Mode.TRAIN
+                key = dotted_name(model)
+                if key is not None:
+                    (evaluated.add if mode is Mode.EVAL else evaluated.discard)(key)
                 marks.append(Mark(mode, (model,), call, call, context.loops))
         return marks
 
