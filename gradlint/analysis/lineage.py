@@ -419,6 +419,8 @@ class Lineages:
             return self._trace_criterion(call, at, bindings, depth)
         if self._is_model_call(func, at):
             return network_output(call)  # model(x), self.encoder(x)
+        if method == "requires_grad_" and not (call.args and last_name(call.args[0].value) == "False"):
+            return SOURCE  # Ex) x.detach().clone().requires_grad_(): a new leaf, which gradients reach
         receiver = self._trace(func.value, at, bindings, depth)
         if method in LIKE_METHODS:
             return receiver  # x.type_as(out): only out's dtype and device

@@ -93,18 +93,25 @@ class NonDifferentiableLoss(Rule):
         """The `torch.tensor(x, requires_grad=True)` or `requires_grad_()` that makes the loss a new leaf."""
         key = dotted_name(value)
         if key is None:
-            return _leaf_constructor(value) or (None if live else _forcing_call(value))
+            return _leaf_constructor(value) or self._forced_without_history(value, at)
         definitions = [d for d in self.analysis.origins.definitions(key, at) if d.binding is not Binding.OUTSIDE]
         if len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
             constructed = _leaf_constructor(definitions[0].value)
             if constructed is not None:
                 return constructed
-        if not live and len(definitions) == 1 and definitions[0].binding is Binding.ASSIGN:
-            forced = _forcing_call(definitions[0].value)
+            forced = self._forced_without_history(definitions[0].value, definitions[0].node)
             if forced is not None:
                 return forced
         start = max((self.analysis.collected.order[d.node] for d in definitions), default=0)
         return self._forcing_statement(key, at, start, live)
+
+    def _forced_without_history(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.Call | None:
+        """`x.requires_grad_()` made the loss itself, where `x` has no gradient path: a new leaf that trains nothing.
+        (On an input that then feeds a computation, the new leaf is where the gradients go.)"""
+        forced = _forcing_call(value)
+        if forced is None or not isinstance(forced.func, cst.Attribute):
+            return None
+        return None if self.analysis.lineage.of(forced.func.value, at).live else forced
 
     def _forcing_statement(self, key: str, at: cst.CSTNode, start: int, live: bool) -> cst.CSTNode | None:
         # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
