@@ -1,11 +1,13 @@
-"""The packages built on torch that gradlint knows, as data, and which of them it has a contract for.
+"""The array frameworks gradlint knows, as data: those built on torch (and which it has a contract for), and others.
 
 This is the one place that says which imports bring torch into a file (its *torch scope*,
-see `gradlint.index.Outlines.torch_reaches`): a file that imports none of these modules,
-and no project module that does, is out of scope (code of MXNet, TensorFlow, JAX or
-NumPy has its own `backward`, `step` and in-place methods, which are not torch's).
-docs/frameworks.md is checked against it by the tests: each framework with a contract
-has its section there, and every package here is named there.
+see `gradlint.index.Outlines.torch_reaches`): a file that imports none of the torch
+packages, and no project module that does, is out of scope. So is a file that imports
+another array framework itself and no torch package: code of MXNet, TensorFlow, JAX or
+NVIDIA Warp has its own `backward`, `step` and in-place methods, which are not torch's,
+even where the project's other modules use torch. docs/frameworks.md is checked against
+it by the tests: each framework with a contract has its section there, and every
+package here is named there.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Framework:
-    """A package built on torch: importing one of its `modules` brings torch into a file."""
+    """An array framework: importing one of its `modules` brings torch into a file, or (`on_torch` False) its own
+    autograd, whose methods are not torch's."""
 
     name: str  # as docs/frameworks.md names it
     modules: tuple[str, ...]  # the top-level import names
-    contract: bool = False  # gradlint models what it does around user code (a section of docs/frameworks.md)
+    contract: bool = False
+    on_torch: bool = True  # gradlint models what it does around user code (a section of docs/frameworks.md)
 
 
 FRAMEWORKS: tuple[Framework, ...] = (
@@ -42,9 +46,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
     Framework("diffusers", ("diffusers",)),
     Framework("PyTorch Geometric", ("torch_geometric",)),
     Framework("DGL", ("dgl",)),
+    Framework("MXNet", ("mxnet",), on_torch=False),
+    Framework("TensorFlow", ("tensorflow", "keras", "tf_keras"), on_torch=False),
+    Framework("JAX", ("jax", "flax", "optax"), on_torch=False),
+    Framework("NVIDIA Warp", ("warp",), on_torch=False),
+    Framework("PaddlePaddle", ("paddle",), on_torch=False),
+    Framework("MindSpore", ("mindspore",), on_torch=False),
+    Framework("OneFlow", ("oneflow",), on_torch=False),
+    Framework("Chainer", ("chainer",), on_torch=False),
     Framework("TensorDict", ("tensordict",)),
     Framework("functorch", ("functorch",)),
 )
 
 # Top-level modules whose import brings torch into a file.
-TORCH_MODULES = frozenset(module for framework in FRAMEWORKS for module in framework.modules)
+TORCH_MODULES = frozenset(module for framework in FRAMEWORKS if framework.on_torch for module in framework.modules)
+# Top-level modules of other array frameworks: a file that imports one itself, and no torch package, is theirs.
+OTHER_FRAMEWORKS = frozenset(
+    module for framework in FRAMEWORKS if not framework.on_torch for module in framework.modules
+)

@@ -20,7 +20,7 @@ from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from gradlint.frameworks import TORCH_MODULES
+from gradlint.frameworks import OTHER_FRAMEWORKS, TORCH_MODULES
 from gradlint.project import Project, content_hash
 
 # What a gradient effect looks like in source: a backward, a step, a clear, a clip, an
@@ -256,6 +256,11 @@ def imports_torch(refs: Iterable[Ref]) -> bool:
     return any(ref.kind == "absolute" and ref.name.split(".")[0] in TORCH_MODULES for ref in refs)
 
 
+def imports_other_framework(refs: Iterable[Ref]) -> bool:
+    """Whether one of the imports `refs` is of another array framework (MXNet, JAX, NVIDIA Warp, ...)."""
+    return any(ref.kind == "absolute" and ref.name.split(".")[0] in OTHER_FRAMEWORKS for ref in refs)
+
+
 def outline(data: bytes) -> ModuleOutline | None:
     """The outline of the module file holding `data`, or None when CPython cannot parse it."""
     if len(data) > MAX_OUTLINE_BYTES:
@@ -436,10 +441,13 @@ class Outlines:
 
     def torch_reaches(self, path: Path, data: bytes) -> bool:
         """Whether torch reaches the module file `path` (holding `data`): it imports torch or a package built on
-        it, or a project module that torch reaches, however many imports away. Only such files get findings."""
+        it, or a project module that torch reaches, however many imports away, and does not import another array
+        framework itself without torch. Only such files get findings."""
         refs = imported_modules(data)
         if imports_torch(refs):
             return True
+        if imports_other_framework(refs):
+            return False
         module = self.project.add_file(path)
         return any(self._reaches(target) for target in self._project_modules(refs, module))
 
