@@ -226,9 +226,10 @@ class _Walker:
         exit_state = _merge(end, *self.exits)
         if not carried or exit_state is None:
             return
-        # The next call (the next batch) starts with what this call left in `self`.
+        # The next call (the next batch) starts with what this call left in `self`, and new arguments.
         env = {key: nodes for key, nodes in exit_state.env.items() if key in carried}
         self.exits = []
+        self.outside = {}
         self._suite(self.scope.body, _State(env, exit_state.freed))
 
     def walk_block(self, statements: Sequence[cst.CSTNode], state: _State | None) -> _State | None:
@@ -352,7 +353,9 @@ class _Walker:
         key = dotted_name(value)
         if key in self.parameters and key not in state.env:
             # Ex) def step(loss): loss.backward() ... loss.backward(): the caller's one graph.
-            nodes |= {self.outside.setdefault(key, -len(self.outside) - 1)}
+            if key not in self.outside:
+                self.outside[key] = self._fresh_id()
+            nodes |= {self.outside[key]}
         return self._free(call, nodes, state, kind, keeps_graph)
 
     def _free(self, site: cst.CSTNode, nodes: Nodes, state: _State, kind: Kind, keeps_graph: bool) -> _State:
