@@ -514,7 +514,9 @@ def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.Function
             continue
         if not _declares_scaled(collected, owner):
             continue
-        if "num_items_in_batch" not in parameter_names(function) or _identifiers(function.body) & TRAINER_SCALING_NAMES:
+        if "num_items_in_batch" not in parameter_names(function) or _reached_identifiers(collected, function, owner) & (
+            TRAINER_SCALING_NAMES
+        ):
             continue
         returns = [s for s in collected.statements_in_scope(function) if isinstance(s, cst.Return) and s.value]
         if returns:
@@ -537,6 +539,31 @@ def _declares_scaled(collected: Collected, owner: cst.ClassDef) -> bool:
         and collected.contexts[statement].class_def is owner
         for statement in collected.statements
     )
+
+
+def _reached_identifiers(collected: Collected, function: cst.FunctionDef, owner: cst.ClassDef) -> set[str]:
+    """The names read in `function` and in the methods of its class it calls or hands on (`self._compute_loss`
+    divides by `self.current_gradient_accumulation_steps`), followed a few calls deep."""
+    methods = {method.name.value: method for method, cls in collected.owners.items() if cls is owner}
+    found: set[str] = set()
+    pending, seen = [function], {function}
+    while pending and len(seen) <= MAX_REACHED_METHODS:
+        current = pending.pop()
+        names = _identifiers(current.body)
+        found |= names
+        for node in descendants(current.body):
+            if (
+                isinstance(node, cst.Attribute)
+                and dotted_name(node.value) == "self"
+                and (method := methods.get(node.attr.value)) is not None
+                and method not in seen
+            ):
+                seen.add(method)
+                pending.append(method)
+    return found
+
+
+MAX_REACHED_METHODS = 8
 
 
 def _identifiers(node: cst.CSTNode) -> set[str]:
