@@ -449,8 +449,10 @@ def switch_mode(call: cst.Call) -> Mode | None:
 
 
 def _restores(train: Mark, switch: Mark) -> bool:
-    """Whether the `train()` of `train` switches back the modules `switch` evaluates."""
-    return any(_covers(outer, inner) for outer in train.names() for inner in switch.names())
+    """Whether the `train()` of `train` switches back the modules `switch` evaluates; a module's `self.train()`
+    switches every submodule it holds (`self.model.running_mean_std`)."""
+    outers = train.names() | ({"self"} if any(dotted_name(model) == "self" for model in train.models) else set())
+    return any(_covers(outer, inner) for outer in outers for inner in switch.names())
 
 
 def _optimized_any(models: Sequence[cst.BaseExpression], optimized: set[str]) -> bool:
