@@ -148,7 +148,8 @@ def unknown_codec(data: bytes) -> tuple[int, str] | None:
     Python itself refuses such a file unless a package registers the codec, so it is
     reported, and its findings as UTF-8 still come with it: nothing is lost either way.
     """
-    cookie = _COOKIE.search(b"\n".join(data.splitlines()[:2]))
+    head = data[: data.find(b"\n", data.find(b"\n") + 1) + 1 or None] if b"coding" in data[:1024] else b""
+    cookie = _COOKIE.search(head)
     try:
         if cookie is None or source_encoding(data) != "utf-8":
             return None

@@ -121,9 +121,11 @@ def _lint_alone_or_whole(
     if _FILE_NOQA.search(data):
         return []
     outlines = program.outlines if program is not None else None
-    in_scope = in_torch_scope(data, path, outlines)
-    unread = _unknown_codec(data, path) if in_scope else []
     rules, rest = _chosen(config, data, path, outlines) if prefilter else (enabled_rules(config, path), [])
+    unread = _unknown_codec(data, path)  # cheap: a cookie in the first two lines
+    # Torch scope reads the imports of other modules: asked only where it decides something.
+    in_scope = (bool(rules) or bool(unread)) and in_torch_scope(data, path, outlines)
+    unread = unread if in_scope else []
     if not rules or not in_scope:
         # No enabled rule could fire on this file, or torch does not reach it: skip the
         # parse, but still report a file that cannot even be decoded (cheap, and always worth knowing).
@@ -306,8 +308,11 @@ def lint_targets(
         cached = store.get(key) if store is not None and key is not None else None
         if cached is not None:  # looked up first: a hit needs no prefilter either
             results.append(cached)
-        elif item.suffix != notebook.SUFFIX and not _needs_parse(data, str(item), config, outlines):
-            results.append(lint_source(data, str(item), config))  # no parse: decoding problems only
+        elif item.suffix != notebook.SUFFIX and not (decided := _needs_parse_reading(data, item, config, outlines))[0]:
+            found = lint_source(data, str(item), config)  # no parse: decoding problems only
+            results.append(found)
+            if store is not None and key is not None:
+                store.put(key, found, decided[1])  # remembered with what decided it: the modules its imports reach
         else:
             results.append([])
             misses.append((len(results) - 1, item, data, key))
@@ -339,11 +344,25 @@ def _program(whole: Whole) -> Program:
     return _PROGRAMS[whole]
 
 
+def _needs_parse_reading(data: bytes, path: Path, config: Config, outlines: Outlines) -> tuple[bool, Uses]:
+    """`_needs_parse`, and the other project modules whose outlines decided it (their interfaces as outlines)."""
+    reads = outlines.record()
+    try:
+        needs = _needs_parse(data, str(path), config, outlines)
+    finally:
+        outlines.stop(reads)
+    own = outlines.project.add_file(path)
+    return needs, {
+        module: (where, digest, outlines.outline_interface(module))
+        for module, (where, digest) in outlines.used(reads - {own}).items()
+    }
+
+
 def _needs_parse(data: bytes, path: str, config: Config, outlines: Outlines) -> bool:
     return (
         not _FILE_NOQA.search(data)
-        and in_torch_scope(data, path, outlines)
         and bool(_chosen(config, data, path, outlines)[0])
+        and in_torch_scope(data, path, outlines)
     )
 
 

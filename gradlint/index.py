@@ -538,6 +538,12 @@ class Outlines:
                 found[module] = (str(source[0]), content_hash(source[1]))
         return found
 
+    def outline_interface(self, module: str) -> str:
+        """The digest of what a judgement can read of `module` through its outline alone (`o:`, see
+        `Program.interface`); a module that cannot be read has the empty one."""
+        found = self.read(module)
+        return f"o:{found.interface() if found is not None else ''}"
+
     def read(self, module: str) -> ModuleOutline | None:
         """The module's outline, like `outline`, without recording a read (for the cache's own checks)."""
         recording, self._recording = self._recording, []

@@ -101,3 +101,21 @@ def test_the_frameworks_docs_list_the_packages_that_bring_torch_and_a_section_pe
     assert f"<!-- frameworks:start -->\n{table}\n<!-- frameworks:end -->" in docs
     assert all(f"\n## {framework.name}\n" in docs for framework in FRAMEWORKS if framework.contract)
     assert {module for framework in FRAMEWORKS if framework.on_torch for module in framework.modules} == TORCH_MODULES
+
+
+def test_a_file_decided_without_a_parse_is_decided_again_when_a_module_it_calls_changes(tmp_path: Path) -> None:
+    # main.py holds no rule's tokens: whether it needs a parse depends on what lib.update does.
+    (tmp_path / "lib.py").write_text("import torch\n\n\ndef update(model, batch):\n    return model(batch)\n")
+    (tmp_path / "main.py").write_text(
+        "import torch\nimport lib\n\n\ndef fit(model, loader):\n    for batch in loader:\n"
+        "        lib.update(model, batch)\n"
+    )
+    cache = tmp_path / ".cache"
+    assert list(lint_paths([tmp_path], Config(preview=True), jobs=1, cache=cache)) == []
+    assert len(list(cache.glob("??/*"))) == 2  # both decisions remembered
+    (tmp_path / "lib.py").write_text(
+        "import torch\n\n\ndef update(model, batch):\n    loss = model(batch)\n    loss.backward()\n"
+        "    model.optimizer.step()\n"
+    )
+    found = codes(lint_paths([tmp_path], Config(preview=True), jobs=1, cache=cache))
+    assert ("main.py", 7, "GL002") in found

@@ -119,13 +119,12 @@ class Program:
         `summarized` (`s:` then, else `o:`); a module that cannot be read has the empty interface."""
         key = (module, summarized)
         if key not in self._interfaces:
-            outline = self.outlines.read(module)
-            face = outline.interface() if outline is not None else ""
+            face = self.outlines.outline_interface(module)
             if summarized:
                 summary = self.summary(module)
                 data = json.dumps(to_data(summary), sort_keys=True) if summary is not None else ""
-                face = f"s:{face}:{hashlib.sha256(data.encode()).hexdigest()}"
-            self._interfaces[key] = face if summarized else f"o:{face}"
+                face = f"s:{face[2:]}:{hashlib.sha256(data.encode()).hexdigest()}"
+            self._interfaces[key] = face
         return self._interfaces[key]
 
     def interface_now(self, module: str, recorded: str) -> str | None:
