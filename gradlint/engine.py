@@ -312,7 +312,8 @@ def lint_targets(
             found = lint_source(data, str(item), config)  # no parse: decoding problems only
             results.append(found)
             if store is not None and key is not None:
-                store.put(key, found, decided[1])  # remembered with what decided it: the modules its imports reach
+                # Remembered with what decided it: the modules its calls and imports reach.
+                store.put(key, found, _outline_uses(outlines, decided[1], item))
         else:
             results.append([])
             misses.append((len(results) - 1, item, data, key))
@@ -344,15 +345,19 @@ def _program(whole: Whole) -> Program:
     return _PROGRAMS[whole]
 
 
-def _needs_parse_reading(data: bytes, path: Path, config: Config, outlines: Outlines) -> tuple[bool, Uses]:
-    """`_needs_parse`, and the other project modules whose outlines decided it (their interfaces as outlines)."""
+def _needs_parse_reading(data: bytes, path: Path, config: Config, outlines: Outlines) -> tuple[bool, set[str]]:
+    """`_needs_parse`, and the modules whose outlines were read to decide it."""
     reads = outlines.record()
     try:
-        needs = _needs_parse(data, str(path), config, outlines)
+        return _needs_parse(data, str(path), config, outlines), reads
     finally:
         outlines.stop(reads)
+
+
+def _outline_uses(outlines: Outlines, reads: set[str], path: Path) -> Uses:
+    """What a decision made from outlines depends on: the other project modules read, with their interfaces."""
     own = outlines.project.add_file(path)
-    return needs, {
+    return {
         module: (where, digest, outlines.outline_interface(module))
         for module, (where, digest) in outlines.used(reads - {own}).items()
     }

@@ -396,6 +396,7 @@ class Outlines:
         self._definitions: dict[str, tuple[tuple[str, str] | None, frozenset[str]]] = {}
         self._defining: set[str] = set()
         self._imports: dict[str, frozenset[Ref]] = {}
+        self._interfaces: dict[str, str] = {}  # outline interfaces, for the cache (the files do not change in a run)
         self._torch: dict[str, tuple[bool, frozenset[str]]] = {}
 
     def note(self, modules: Iterable[str]) -> None:
@@ -541,8 +542,10 @@ class Outlines:
     def outline_interface(self, module: str) -> str:
         """The digest of what a judgement can read of `module` through its outline alone (`o:`, see
         `Program.interface`); a module that cannot be read has the empty one."""
-        found = self.read(module)
-        return f"o:{found.interface() if found is not None else ''}"
+        if module not in self._interfaces:
+            found = self.read(module)
+            self._interfaces[module] = f"o:{found.interface() if found is not None else ''}"
+        return self._interfaces[module]
 
     def read(self, module: str) -> ModuleOutline | None:
         """The module's outline, like `outline`, without recording a read (for the cache's own checks)."""
