@@ -6,7 +6,6 @@ the fixer and `--add-noqa` write files back in the encoding they were read with.
 
 from __future__ import annotations
 
-import codecs
 import io
 import re
 import tokenize
@@ -148,22 +147,16 @@ def unknown_codec(data: bytes) -> tuple[int, str] | None:
     Python itself refuses such a file unless a package registers the codec, so it is
     reported, and its findings as UTF-8 still come with it: nothing is lost either way.
     """
-    head = data[: data.find(b"\n", data.find(b"\n") + 1) + 1 or None] if b"coding" in data[:1024] else b""
-    cookie = _COOKIE.search(head)
+    cookie = _COOKIE.search(b"\n".join(data[:4096].splitlines()[:2]))  # PEP 263: the first two lines
+    if cookie is None or not _is_utf8(data):
+        return None  # no cookie, or bytes the decoding reports
     try:
-        if cookie is None or source_encoding(data) != "utf-8":
-            return None
+        tokenize.detect_encoding(io.BytesIO(data).readline)
+        return None  # Python reads it: the codec is installed, or the line is no cookie (code comes before it)
     except SyntaxError:
-        return None  # not UTF-8 either: the decoding reports it
-    codec = cookie[2].decode("ascii")
-    try:
-        codecs.lookup(codec)
-    except LookupError:
-        message = (
-            f"unknown encoding: {codec}; Python cannot read this file unless a package registers it (linted as UTF-8)"
-        )
-        return 1 + cookie[1].count(b"\n"), message
-    return None
+        codec = cookie[2].decode("ascii")
+        message = f"unknown encoding: {codec}; Python cannot read this file unless a package registers it"
+        return 1 + cookie[1].count(b"\n"), f"{message} (linted as UTF-8)"
 
 
 def decode_source(data: bytes) -> str:

@@ -99,8 +99,10 @@ def test_a_cookie_naming_a_codec_not_installed_reads_utf8_and_says_so(codec: str
     )
     assert source_encoding(source) == "utf-8"
     # The same without the parse (no rule could fire), and nothing for a file torch does not reach.
-    assert [d.code for d in lint_source(f"import torch\n# coding: {codec}\n".encode(), "old.py")] == ["GL000"]
+    assert [d.code for d in lint_source(f"# coding: {codec}\nimport torch\n".encode(), "old.py")] == ["GL000"]
     assert lint_source(f"# coding: {codec}\nimport numpy\n".encode(), "old.py") == []
+    # After a line of code a cookie is no cookie (PEP 263): Python reads the file, nothing to report.
+    assert lint_source(f"import torch\n# coding: {codec}\n".encode(), "old.py") == []
 
 
 def test_a_cookie_naming_a_codec_not_installed_on_bytes_not_utf8_is_gl000() -> None:

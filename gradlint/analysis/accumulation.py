@@ -20,6 +20,7 @@ from enum import Enum
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Loop, Scope
+from gradlint.analysis.frameworks import sets_flag
 from gradlint.analysis.leaves import parameter_names
 from gradlint.analysis.names import dotted_name, last_name
 from gradlint.analysis.origins import Binding, Origins
@@ -512,7 +513,7 @@ def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.Function
             (last_name(base.value) or "").endswith("Trainer") for base in owner.bases
         ):
             continue
-        if not _declares_scaled(collected, owner):
+        if not sets_flag(collected, owner, "loss_is_scaled_for_ga", "True"):
             continue
         if "num_items_in_batch" not in parameter_names(function) or _reached_identifiers(collected, function, owner) & (
             TRAINER_SCALING_NAMES
@@ -527,18 +528,6 @@ def trainer_losses_unscaled(collected: Collected) -> Iterator[tuple[cst.Function
 TRAINER_SCALING_NAMES = frozenset(
     {"num_items_in_batch", "gradient_accumulation_steps", "current_gradient_accumulation_steps", "compute_loss"}
 )
-
-
-def _declares_scaled(collected: Collected, owner: cst.ClassDef) -> bool:
-    """Whether the class sets `loss_is_scaled_for_ga = True`, in its body or on `self` in a method."""
-    return any(
-        isinstance(statement, cst.Assign)
-        and isinstance(statement.value, cst.Name)
-        and statement.value.value == "True"
-        and any(last_name(target.target) == "loss_is_scaled_for_ga" for target in statement.targets)
-        and collected.contexts[statement].class_def is owner
-        for statement in collected.statements
-    )
 
 
 def _reached_identifiers(collected: Collected, function: cst.FunctionDef, owner: cst.ClassDef) -> set[str]:

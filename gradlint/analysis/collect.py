@@ -281,6 +281,7 @@ class Collector:
         self.statements: list[cst.CSTNode] = []
         self.counter = 0
         self._plain: dict[str, bool] = {}
+        self._handed: dict[cst.FunctionDef, frozenset[str]] = {}
 
     def walk(self, node: cst.CSTNode) -> None:
         """Record `node` and everything below it, in LibCST's visiting order."""
@@ -375,6 +376,12 @@ class Collector:
             )
         return self._plain[name]
 
+    def _callbacks(self, scope: cst.FunctionDef) -> frozenset[str]:
+        """`_handed_on(scope)`, once per function however many functions it nests."""
+        if scope not in self._handed:
+            self._handed[scope] = _handed_on(scope)
+        return self._handed[scope]
+
     def _bound(self, name: str) -> bool:
         return name in self.result.imports.aliases or name in self.result.imports.relative
 
@@ -389,21 +396,23 @@ class Collector:
             mode = self._decorated_mode(decorator.decorator) or mode
         if function.name.value in NO_GRAD_HOOKS and self.context.class_def is not None:
             mode = GradMode.DISABLED
-        if isinstance(self.context.scope, cst.FunctionDef) and _only_handed_on(function.name.value, self.context.scope):
+        scope = self.context.scope
+        if isinstance(scope, cst.FunctionDef) and function.name.value in self._callbacks(scope):
             mode = GradMode.UNKNOWN  # a callback: it runs where the code it is handed to runs it
         self.context = Context(scope=function, class_def=self.context.class_def, grad_mode=mode)
 
 
-def _only_handed_on(name: str, scope: cst.FunctionDef) -> bool:
-    """Whether the nested function `name` is passed to calls in `scope` and never called there itself
-    (`mtq.quantize(model, config, forward_loop)`): the grad mode it runs in is the callee's, unknown here."""
-    handed = called = False
+def _handed_on(scope: cst.FunctionDef) -> frozenset[str]:
+    """The names `scope` passes to calls and never calls itself (`mtq.quantize(model, config, forward_loop)`): a
+    nested function among them is a callback, which runs in the grad mode of the code it is handed to."""
+    handed: set[str] = set()
+    called: set[str] = set()
     for node in descendants(scope.body):
-        if not isinstance(node, cst.Call):
-            continue
-        called = called or (isinstance(node.func, cst.Name) and node.func.value == name)
-        handed = handed or any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in node.args)
-    return handed and not called
+        if isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Name):
+                called.add(node.func.value)
+            handed.update(arg.value.value for arg in node.args if isinstance(arg.value, cst.Name))
+    return frozenset(handed - called)
 
 
 def _field_context(collector: Collector, node: cst.CSTNode) -> Context:

@@ -38,11 +38,17 @@ def automatic_training_steps(collected: Collected) -> list[cst.FunctionDef]:
 
 def optimizes_manually(collected: Collected, owner: cst.ClassDef) -> bool:
     """Whether a method of the class sets `self.automatic_optimization = False`: it calls manual_backward itself."""
+    return sets_flag(collected, owner, "automatic_optimization", "False")
+
+
+def sets_flag(collected: Collected, owner: cst.ClassDef, attribute: str, value: str) -> bool:
+    """Whether the class sets the framework flag `attribute` to `value` (`True`/`False`), in its body or on `self`
+    in a method: how frameworks let a class declare what they do around it."""
     return any(
         isinstance(statement, cst.Assign)
         and isinstance(statement.value, cst.Name)
-        and statement.value.value == "False"
-        and any(last_name(target.target) == "automatic_optimization" for target in statement.targets)
+        and statement.value.value == value
+        and any(last_name(target.target) == attribute for target in statement.targets)
         and collected.contexts[statement].class_def is owner
         for statement in collected.statements
     )

@@ -409,7 +409,8 @@ class EventIndex:
         """Whether the `if` around a `p.grad = None` gives `p.grad` a value on its other path: a copy of another
         tensor's gradient state (`if src.grad is None: p.grad = None else: p.grad = src.grad.clone()`), no clear."""
         context = self.collected.contexts.get(node)
-        branch = next((node for node in reversed(context.ifs) if isinstance(node, cst.If)), None) if context else None
+        ifs = context.ifs if context is not None else ()
+        branch = next((outer for outer in reversed(ifs) if isinstance(outer, cst.If)), None)
         if branch is None or key is None:
             return False
         return any(
