@@ -22,6 +22,7 @@ from typing import Any
 
 from gradlint.config import Config
 from gradlint.project import content_hash
+from gradlint.pytest_layout import layout_for
 from gradlint.rule import Diagnostic, Edit, Fix, Related, Rule, is_builtin
 
 CACHE_DIR = ".gradlint_cache"
@@ -124,7 +125,7 @@ class ResultCache:
         """The entry name for linting `data` as the file `path` under this run's settings."""
         digest = hashlib.sha256(self._salt)
         digest.update(path.encode("utf-8", "surrogateescape"))
-        digest.update(b"\0")
+        digest.update(f"\0{layout_for(path)!r}\0".encode())  # which of its functions are tests
         digest.update(data)
         return digest.hexdigest()
 

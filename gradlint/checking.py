@@ -18,6 +18,7 @@ from gradlint.cache import SummaryStore
 from gradlint.catalog import could_fire
 from gradlint.decoding import decode_source, unparsable
 from gradlint.index import Outlines
+from gradlint.pytest_layout import layout_for
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, Related, Reported, Rule, tool_diagnostic
 
 ParserSyntaxError = cst.ParserSyntaxError  # what `parse` raises for code LibCST cannot read
@@ -58,7 +59,7 @@ def run_rules(
         name[len("visit_") :] for rule in (*rules, *more) for name in dir(rule) if name.startswith("visit_")
     )
     try:
-        analysis = analyze(module, wanted, program, written)
+        analysis = analyze(module, wanted, program, written, layout_for(path))
     except RecursionError:
         return [tool_diagnostic(PARSE_ERROR, path, 1, 1, "cannot lint: the file is nested too deeply")]
     if more and program is not None:

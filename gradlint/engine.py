@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradlint import notebook
+from gradlint import notebook, pytest_layout
 from gradlint.cache import ResultCache, SummaryStore, Uses
 from gradlint.catalog import RuleInfo, could_fire, rule_infos
 from gradlint.config import Config, resolve
@@ -286,6 +286,7 @@ def lint_targets(
             project.add_file(item)
     whole = Whole(tuple(project.roots), cache)
     outlines = _OUTLINES[whole] = Outlines(project)  # read afresh each run: files change between runs
+    pytest_layout.forget()  # and so do the configuration files that say which functions are tests
     _PROGRAMS.pop(whole, None)
 
     def interface(module: str, recorded: str) -> str | None:

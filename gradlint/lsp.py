@@ -32,7 +32,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path as uri_to_path
 from pygls.workspace import PositionCodec, TextDocument
 
-from gradlint import __version__
+from gradlint import __version__, pytest_layout
 from gradlint.cache import MemoryStore
 from gradlint.config import Config, ConfigError, find_pyproject, load_config
 from gradlint.decoding import LINE_BREAK
@@ -143,6 +143,7 @@ def lint_snapshot(ls: GradlintServer, taken: Snapshot) -> tuple[list[Diagnostic]
     if ls.workspace.get_text_document(taken.uri).version != taken.version:
         return None
     config = ls.config_for(taken.path)  # first: a broken config raises before any module is read
+    pytest_layout.forget()  # a pytest.ini made since the last lint decides which functions are tests
     program = _program(ls, taken)
     parser = ls.parsers.setdefault(taken.uri, IncrementalParser()) if INCREMENTAL else None
     data = taken.source.encode(declared_encoding(taken.source))

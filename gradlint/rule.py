@@ -103,9 +103,10 @@ class Reported:
 
 
 QUIET_IN_TESTS = (
-    "Not reported inside tests (a module-level `test*` function, or a `test*` method of a class named\n"
-    "`*Test*` or derived from a `TestCase`): a test runs a tiny model once, and often does on purpose\n"
-    "what a training loop must not. See docs/how-it-works.md."
+    "Not reported inside tests, as pytest and unittest collect them (a `test*` function or `Test*` class\n"
+    "of a `test_*.py` file, by the project's own pytest patterns, or a `test*` method of a `TestCase`):\n"
+    "a test runs a tiny model once, and often does on purpose what a training loop must not. A script's\n"
+    "`def test(epoch):` is evaluation code. See docs/how-it-works.md."
 )
 
 

@@ -35,6 +35,10 @@ from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
 from gradlint.analysis.values import GradValues, names_in
 from gradlint.decoding import LINE_BREAK
+from gradlint.pytest_layout import TestLayout
+
+# How far class bases are followed to decide whether a class holds tests.
+MAX_CLASS_DEPTH = 8
 
 __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
 
@@ -57,8 +61,10 @@ class ModuleAnalysis:
         collected: Collected,
         program: ModuleProgram | None = None,
         written: WrittenStatements | None = None,
+        tests: TestLayout | None = None,
     ) -> None:
         self.module = module
+        self.tests = tests  # the project's collection patterns, when pytest collects this file; else None
         self.written = written  # the statements of this document's last version, for `positions`
         self.collected = collected
         self.imports = collected.imports
@@ -80,22 +86,67 @@ class ModuleAnalysis:
         return LINE_BREAK.split(self.positions.code)
 
     def in_test(self, node: cst.CSTNode) -> bool:
-        """Whether `node` is in a test as pytest and unittest find them.
+        """Whether `node` is in a test as pytest and unittest collect them, or in a function nested in one.
 
-        A module-level `test*` function, or a `test*` method of a class whose name says
-        Test (`TestModel`, `RpcTest`, `_DistTestBase`) or that derives from a `*TestCase`,
-        and the functions nested in them. A `Trainer.test()` method is evaluation code.
+        A function of a file pytest collects whose name matches `python_functions`, at
+        module level or in a class pytest collects (`python_classes`, no `__init__`, or a
+        base such a class has in this module); and a `test*` method of a class that
+        derives from a `TestCase`, in any file (`unittest.main()` runs it). Not a name:
+        `def test(epoch):` in a training script, or `Trainer.test()`, is evaluation code.
         """
         context = self.collected.contexts.get(node)
         function = node if isinstance(node, cst.FunctionDef) else context.function if context is not None else None
         while function is not None:
             scope = self.collected.def_scopes.get(function)
-            owner = self.collected.owners.get(function)
-            if function.name.value.startswith("test") and (
-                isinstance(scope, cst.Module) or (owner is not None and _is_test_class(owner))
-            ):
+            if self._collected_test(function, scope, self.collected.owners.get(function)):
                 return True
             function = scope if isinstance(scope, cst.FunctionDef) else None
+        return False
+
+    def _collected_test(self, function: cst.FunctionDef, scope: Scope | None, owner: cst.ClassDef | None) -> bool:
+        name = function.name.value
+        if owner is not None and name.startswith("test") and self._unittest_case(owner, 0):
+            return True
+        if self.tests is None or not self.tests.collects_function(name):
+            return False
+        return self._test_class(owner, 0) if owner is not None else isinstance(scope, cst.Module)
+
+    def _test_class(self, owner: cst.ClassDef, depth: int) -> bool:
+        """A class pytest collects, or a base of one in this module (whose tests it inherits)."""
+        if depth > MAX_CLASS_DEPTH or self.tests is None:
+            return False
+        owners = self.collected.owners
+        if self.tests.collects_class(owner.name.value) and not any(
+            method.name.value == "__init__" and owners.get(method) is owner for method in self.collected.functions
+        ):
+            return True
+        return any(
+            owner.name.value in {last_name(base.value) for base in other.bases}
+            and (self._test_class(other, depth + 1) or self._unittest_case(other, depth + 1))
+            for other in self.collected.classes
+            if other is not owner
+        )
+
+    def _unittest_case(self, owner: cst.ClassDef, depth: int) -> bool:
+        """Whether `owner` derives from a `TestCase` (unittest's, or one built on it: torch's, absltest's), through
+        the classes of this module and, with the whole program, of the project."""
+        if depth > MAX_CLASS_DEPTH:
+            return False
+        for base in owner.bases:
+            name = last_name(base.value) or ""
+            if name.endswith("TestCase"):
+                return True
+            inner = next((cls for cls in self.collected.classes if cls.name.value == name and cls is not owner), None)
+            if inner is not None and self._unittest_case(inner, depth + 1):
+                return True
+            dotted = dotted_name(base.value)
+            if (
+                inner is None
+                and dotted is not None
+                and self.program is not None
+                and any(b.endswith("TestCase") for b in self.program.class_bases(dotted, self.imports))
+            ):
+                return True
         return False
 
     @cached_property
@@ -369,17 +420,15 @@ def analyze(
     wanted_types: frozenset[str] = frozenset(),
     program: ModuleProgram | None = None,
     written: WrittenStatements | None = None,
+    tests: TestLayout | None = None,
 ) -> ModuleAnalysis:
     """Traverse `module` once and build its analysis; `wanted_types` are indexed for rules.
 
     With `program`, calls into other modules of the project are judged by their summaries;
-    `written` holds the top-level statements of an earlier version already written out.
+    `written` holds the top-level statements of an earlier version already written out;
+    `tests`, the project's pytest patterns when pytest collects the module's file.
     """
-    return ModuleAnalysis(module, collect(module, wanted_types), program, written)
-
-
-def _is_test_class(owner: cst.ClassDef) -> bool:
-    return "Test" in owner.name.value or any((last_name(base.value) or "").endswith("TestCase") for base in owner.bases)
+    return ModuleAnalysis(module, collect(module, wanted_types), program, written, tests)
 
 
 def _bound_keys(target: cst.BaseExpression) -> set[str]:
