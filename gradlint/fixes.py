@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tokenize
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -84,24 +85,25 @@ def wrap_in_with(
     context: cst.BaseExpression,
     description: str,
     safe: bool = True,
-    body: cst.BaseSmallStatement | None = None,
+    body: Sequence[cst.BaseSmallStatement] = (),
     last: cst.CSTNode | None = None,
 ) -> Fix | None:
     """A Fix running `statement` (through `last`, a later statement of its block) under `with context:`.
 
-    `body` replaces the statement if given. None when the statement shares a line with
+    `body`, one line each, replaces the statement if given. None when the statement shares a line with
     others, or `body` would replace more than one line. Every line moves one indentation
     level in, except the continuation lines of multi-line strings, whose text must not change.
     """
     where, end_where = analysis.positions[statement], analysis.positions[last if last is not None else statement]
     indent = _indentation(analysis, statement)
     module = analysis.module
-    if indent is None or (body is not None and where.start.line != where.end.line):
+    if indent is None or (body and where.start.line != where.end.line):
         return None
     header = f"with {module.code_for_node(context)}:{module.default_newline}{indent}{module.default_indent}"
     start, end = (where.start.line, where.start.column + 1), (where.end.line, where.end.column + 1)
-    if body is not None:
-        return Fix(description, (Edit(*start, *end, header + module.code_for_node(body)),), safe)
+    if body:
+        lines = f"{module.default_newline}{indent}{module.default_indent}".join(map(module.code_for_node, body))
+        return Fix(description, (Edit(*start, *end, header + lines),), safe)
     shifted = _code_lines(analysis.lines[where.start.line - 1 : end_where.end.line], where.start.line)
     if shifted is None:
         return None

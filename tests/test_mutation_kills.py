@@ -1154,7 +1154,7 @@ for x, y in loader:
 
 
 def test_gl003_in_a_loop_names_where_the_tensor_requires_grad_and_nothing_else() -> None:
-    [found] = lint_source(GL003_LOOP, "train.py")
+    [found] = lint_source(GL003_LOOP, "train.py", Config(select=("GL003",)))  # GL002 too: nothing clears
     assert [(place.line, place.note) for place in found.related] == [(5, "`p` requires grad from here")]
 
 
@@ -1163,7 +1163,9 @@ def test_gl003_rebinding_gets_an_unsafe_fix_that_says_it_updates_in_place() -> N
     [found] = lint_source(source, "train.py")
     assert found.message.startswith("the parameter is rebound to a value computed with autograd on")
     assert found.fix is not None and found.fix.safe is False
-    assert found.fix.description == "update the parameter in place under `torch.no_grad()`"
+    assert found.fix.description == "update the parameter in place under `torch.no_grad()`, then drop its gradient"
+    [edit] = found.fix.edits
+    assert edit.text == "with torch.no_grad():\n            p -= 0.1 * p.grad\n            p.grad = None"
 
 
 WRAPPED_STEP = """\

@@ -98,7 +98,8 @@ def test_a_rebinding_that_is_not_w_minus_or_plus_a_term_gets_no_fix(update: str)
 def test_a_rebinding_w_minus_or_plus_a_term_is_fixed_as_an_in_place_update(update: str, in_place: str) -> None:
     found = only(REBINDING.format(update=update), "GL003")
     assert found.fix is not None and found.fix.safe is False
-    assert [edit.text for edit in found.fix.edits] == [f"with torch.no_grad():\n    w {in_place} {update[8:]}"]
+    expected = f"with torch.no_grad():\n    w {in_place} {update[8:]}\n    w.grad = None"  # fresh, as rebinding made it
+    assert [edit.text for edit in found.fix.edits] == [expected]
 
 
 # GL004 inplace-on-grad-tensor

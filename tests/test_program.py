@@ -758,9 +758,10 @@ def test_a_summary_records_updates_from_gradients_and_reads_of_grad_by_port() ->
         name: [(e.kind, e.port, e.no_grad) for e in f.effects if e.kind != "call"]
         for name, f in summary.functions.items()
     }
-    assert effects["sgd"] == [("grad_read", "params", False), ("update", "params", False)]
+    # An update by hand is a step too, reached through the same port (`for p in params`).
+    assert effects["sgd"] == [("grad_read", "params", False), ("update", "params", False), ("step", "params", False)]
     assert effects["tidy"] == [("clear", None, False)]  # a clear, guarded by a test of `.grad`: no read
-    assert effects["decay"] == [("update", "weight", True)]
+    assert effects["decay"] == [("update", "weight", True), ("step", "weight", True)]
     assert from_data(to_data(summary)) == summary
 
 

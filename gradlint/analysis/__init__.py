@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property, partial
 
@@ -17,7 +18,7 @@ from gradlint.analysis.evaluation import Evaluation
 from gradlint.analysis.freed import FreedGraphs
 from gradlint.analysis.freezing import Freezing
 from gradlint.analysis.graphs import Graphs
-from gradlint.analysis.leaves import Held, Leaves
+from gradlint.analysis.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
 from gradlint.analysis.lineage import Lineages
 from gradlint.analysis.modes import ModeSwitches
 from gradlint.analysis.mutations import Mutations
@@ -26,6 +27,7 @@ from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
 from gradlint.analysis.positions import ModulePositions, WrittenStatements
 from gradlint.analysis.program import Callee, ModuleProgram
+from gradlint.analysis.refs import BUILTINS
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.shapes import Shapes
 from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
@@ -323,6 +325,44 @@ class ModuleAnalysis:
             self._statements_in[region] = found
         return self._statements_in[region]
 
+    def stepped_objects(self, event: Event) -> set[str]:
+        """The dotted names of what a STEP event updates: the optimizer (`opt`), or the tensor updated by hand and,
+        for a loop variable, what the loop takes it from (`p` and `model` in `for p in model.parameters()`)."""
+        found = {event.target} if event.target is not None else set()
+        if event.by_hand and event.value is not None and event.node in self.collected.contexts:
+            holder = parameters_holder(event.value, self.context(event.node).loops)
+            key = dotted_name(holder) if holder is not None else None
+            found.update({key} if key is not None else ())
+        return found
+
+    def handed_to_unknown(self, region: Loop | cst.FunctionDef, keys: Collection[str]) -> cst.Call | None:
+        """A call in `region` that hands one of the objects `keys` name (itself, an attribute of it, its
+        `.parameters()`) to a callee gradlint cannot read: an import from outside the project, a name it
+        cannot resolve. What that callee does to it (clear it, step it, switch it to eval) is unknown.
+
+        Known callees: torch's API and Python's builtins, a function of this module or a summarized one of
+        the project, a method of the object itself, and calls that are gradient events (`scaler.step(opt)`).
+        """
+        events = self.events
+        for statement in self.statements_in(region):
+            for call in self.collected.calls_in_statement(statement):
+                if not any(_object_key(arg.value) in keys for arg in call.args):
+                    continue
+                func = call.func
+                receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+                if (
+                    (self.imports.resolve(func) or "").startswith("torch.")
+                    or (isinstance(func, cst.Name) and func.value in BUILTINS)
+                    or receiver in keys
+                    or events.classify(call) is not None
+                    or events.resolve_helper(call) is not None
+                    or events.resolve_instance_method(events.call_view(call), call) is not None
+                    or events.outside(call) is not None
+                ):
+                    continue
+                return call
+        return None
+
     def rebinds(self, region: Loop | cst.FunctionDef, key: str, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
         """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`).
 
@@ -429,6 +469,17 @@ def analyze(
     `tests`, the project's pytest patterns when pytest collects the module's file.
     """
     return ModuleAnalysis(module, collect(module, wanted_types), program, written, tests)
+
+
+def _object_key(argument: cst.BaseExpression) -> str | None:
+    """The object an argument hands over: `model` for `model`, `model.parameters()`, `opt.param_groups`."""
+    if isinstance(argument, cst.Call) and isinstance(argument.func, cst.Attribute):
+        if argument.func.attr.value in PARAMETER_ITERATORS and not argument.args:
+            return dotted_name(argument.func.value)
+        return None
+    if isinstance(argument, cst.Attribute) and argument.attr.value == "param_groups":
+        return dotted_name(argument.value)
+    return dotted_name(argument)
 
 
 def _bound_keys(target: cst.BaseExpression) -> set[str]:

@@ -350,3 +350,30 @@ def is_container(value: cst.BaseExpression) -> bool:
     if isinstance(value, (cst.Dict, cst.DictComp, cst.List, cst.ListComp, cst.Set, cst.SetComp)):
         return True
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in CONTAINERS
+
+
+def parameters_holder(tensor: cst.BaseExpression, loops: tuple[object, ...]) -> cst.BaseExpression | None:
+    """What a loop variable holding a parameter takes it from: `model` for `p` in `for p in
+    model.parameters()` (or `for name, p in model.named_parameters()`), `params` for `for p in list(params)`;
+    None when `tensor` is no variable of the enclosing `loops` (innermost last)."""
+    if not isinstance(tensor, cst.Name):
+        return None
+    for loop in reversed(loops):
+        if isinstance(loop, cst.For) and tensor.value in loop_item_names(loop.target):
+            iterable = loop.iter
+            while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
+                iterable = iterable.args[0].value
+            func = iterable.func if isinstance(iterable, cst.Call) else None
+            if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_ITERATORS:
+                return func.value
+            return iterable
+    return None
+
+
+def loop_item_names(target: cst.BaseExpression) -> set[str]:
+    """The names a loop binds to an item: `p`, or the last of `name, p` (`named_parameters()`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[-1].value, cst.Name):
+        return {target.elements[-1].value.value}
+    return set()

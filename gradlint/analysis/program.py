@@ -420,6 +420,7 @@ class ModuleProgram:
                     effect.retain_graph,
                     via=callee.origin,
                     repeats=effect.repeated,
+                    by_hand=effect.by_hand,
                 )
             )
         return found

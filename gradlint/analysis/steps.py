@@ -32,6 +32,8 @@ JUMPS = (cst.Return, cst.Raise)
 CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_grad", "clear_grads"})
 # torch.nn.utils and Accelerate spell it clip_grad_*, Lightning and Fabric clip_gradients.
 CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients"})
+# In-place tensor methods that apply an update: `p.sub_(lr * p.grad)`, `p.data.add_(p.grad, alpha=-lr)`.
+UPDATING_METHODS = frozenset({"sub_", "add_", "copy_", "addcdiv_", "addcmul_", "lerp_"})
 
 
 class Kind(Enum):
@@ -68,6 +70,7 @@ class Event:
     retain_graph: bool = False
     via: str | None = None  # the project function (in another module) the event happens in
     repeats: bool = False  # it runs in a loop of that function
+    by_hand: bool = False  # a STEP that updates a tensor in place from its own gradient, not `optimizer.step()`
 
     @property
     def direct(self) -> bool:
@@ -335,8 +338,16 @@ class EventIndex:
         return self._nested.get((scope, name)) if isinstance(scope, cst.FunctionDef) else None
 
     def classify(self, node: cst.CSTNode) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
-        """(kind, value, via_scaler, retain_graph) for an event node, or None for other nodes."""
+        """(kind, value, via_scaler, retain_graph) for an event node, or None for other nodes.
+
+        A tensor updated in place from its own gradient (`w -= lr * w.grad`, `p.data.add_(p.grad, alpha=-lr)`)
+        is stepped as an optimizer steps it: a STEP whose value is the tensor.
+        """
+        if isinstance(node, cst.AugAssign):
+            updated = _updated_from_own_gradient(node.target, node.value)
+            return (Kind.STEP, updated, False, False) if updated is not None else None
         if isinstance(node, cst.Assign):
+            # `w = w - lr * w.grad` is no step: it binds a new tensor, whose gradient starts empty (GL003's concern).
             return self._classify_grad_assignment(node)
         if not isinstance(node, cst.Call):
             return None
@@ -381,6 +392,8 @@ class EventIndex:
             return Kind.CLEAR, receiver, False, False
         if name == "zero_" and last_name(_strip_data(receiver)) == "grad":
             return Kind.CLEAR, None, False, False
+        if name in UPDATING_METHODS and (updated := _updated_from_own_gradient(receiver, call)) is not None:
+            return Kind.STEP, updated, False, False
         if name == "step":
             if self.roles.is_optimizer(receiver):
                 return Kind.STEP, receiver, False, False
@@ -473,8 +486,20 @@ class EventIndex:
         classified = self.classify(item)
         if classified is not None:
             kind, value, via_scaler, retain = classified
+            by_hand = kind is Kind.STEP and updates_by_hand(item)
             events.append(
-                Event(kind, item, item, context.loops, context.ifs, context.no_grad, value, via_scaler, retain)
+                Event(
+                    kind,
+                    item,
+                    item,
+                    context.loops,
+                    context.ifs,
+                    context.no_grad,
+                    value,
+                    via_scaler,
+                    retain,
+                    by_hand=by_hand,
+                )
             )
         return events
 
@@ -498,6 +523,7 @@ class EventIndex:
                 event.retain_graph,
                 event.via,
                 event.repeats,
+                event.by_hand,
             )
             for event in self.scope_events(helper, depth + 1)
             if not (
@@ -791,6 +817,27 @@ def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool | Given]) -> 
 def _backprops_and_steps(events: tuple[Event, ...]) -> bool:
     kinds = {event.kind for event in events}
     return Kind.BACKWARD in kinds and Kind.STEP in kinds
+
+
+def updates_by_hand(node: cst.CSTNode) -> bool:
+    """Whether a node `classify` finds a STEP is a tensor updated in place from its own gradient (`w -= lr *
+    w.grad`, `p.data.add_(p.grad, alpha=-lr)`), not an optimizer's or a scaler's `step()`."""
+    return isinstance(node, cst.AugAssign) or (isinstance(node, cst.Call) and last_name(node.func) in UPDATING_METHODS)
+
+
+def _updated_from_own_gradient(target: cst.BaseExpression, change: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor `target` names (seen through `.data`) when `change` reads that tensor's own gradient
+    (`.grad`, `.grad.data`): a gradient step on it. Not a change of the gradient itself (`p.grad.add_(p)`)."""
+    updated = _strip_data(target)
+    key = dotted_name(updated)
+    if key is None or last_name(updated) == "grad":
+        return None
+    own_gradient = (
+        node
+        for node in descendants(change)
+        if isinstance(node, cst.Attribute) and node.attr.value == "grad" and dotted_name(_strip_data(node.value)) == key
+    )
+    return updated if next(own_gradient, None) is not None else None
 
 
 def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:

@@ -16,11 +16,11 @@ from typing import Any
 import libcst as cst
 
 from gradlint.analysis.collect import Scope
-from gradlint.analysis.leaves import ITERABLE_WRAPPERS, PARAMETER_ITERATORS
+from gradlint.analysis.leaves import ITERABLE_WRAPPERS, parameters_holder
 from gradlint.analysis.names import last_name
 from gradlint.analysis.refs import all_params, call_ref, port, positional_params
 from gradlint.analysis.roles import Role
-from gradlint.analysis.steps import Kind, runs_when_off
+from gradlint.analysis.steps import Kind, runs_when_off, updates_by_hand
 from gradlint.analysis.values import names_in
 from gradlint.index import Ref
 
@@ -66,6 +66,7 @@ class Effect:
     origin: str = ""
     unsure: bool = False
     enables_grad: bool = False
+    by_hand: bool = False  # a STEP that updates its port in place from the port's own gradient
 
 
 @dataclass(frozen=True)
@@ -203,8 +204,11 @@ class _Summarizer:
             classified = self.events.classify(item)
             if classified is not None:
                 kind, value, via_scaler, retain = classified
+                by_hand = kind is Kind.STEP and updates_by_hand(item)
+                # A tensor updated by hand is reached as an update is: itself, or the iterable a loop takes it from.
+                reached = self._holder(value, item, params) if by_hand and value is not None else port(value, params)
                 effects.append(
-                    Effect(kind.value, port(value, params), via_scaler=via_scaler, retain_graph=retain, **common)
+                    Effect(kind.value, reached, via_scaler=via_scaler, retain_graph=retain, by_hand=by_hand, **common)
                 )
                 continue
             if isinstance(item, cst.Call):
@@ -242,20 +246,10 @@ class _Summarizer:
         """The port of a parameter: itself (`w`, `self.weight`), or the iterable an enclosing loop takes it from
         (`for p in params`, `for p in model.parameters()`, `for name, p in model.named_parameters()`)."""
         direct = port(tensor, params)
-        if direct is not None or not isinstance(tensor, cst.Name):
+        if direct is not None:
             return direct
-        for loop in reversed(self.events.context(at).loops):
-            if isinstance(loop, cst.For) and tensor.value in _loop_names(loop.target):
-                iterable = loop.iter
-                while (
-                    isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS
-                ):
-                    iterable = iterable.args[0].value
-                func = iterable.func if isinstance(iterable, cst.Call) else None
-                if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_ITERATORS:
-                    return port(func.value, params)
-                return port(iterable, params)
-        return None
+        holder = parameters_holder(tensor, self.events.context(at).loops)
+        return port(holder, params) if holder is not None else None
 
     def _nested_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
         """Functions nested in the summarized one that `call` runs (itself, or by a function argument)."""
@@ -380,15 +374,6 @@ def _unwrapped(iterable: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
         iterable = iterable.args[-1].value
     return iterable
-
-
-def _loop_names(target: cst.BaseExpression) -> set[str]:
-    """The names a loop binds to an item: `p`, or the last of `name, p` (`named_parameters()`)."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[-1].value, cst.Name):
-        return {target.elements[-1].value.value}
-    return set()
 
 
 def _star_name(param: object) -> str | None:

@@ -25,7 +25,8 @@ class LossAccumulation(Rule):
     A tensor that carries autograd history keeps its whole graph alive: every
     activation the forward pass saved. `total_loss += loss` or `losses.append(loss)` in
     a training loop chains each step's graph onto the accumulator, so memory grows with
-    every step until `CUDA out of memory`. Use `loss.item()` (a Python float) or
+    every step until `CUDA out of memory`; so does an exponential average that keeps the
+    tensor (`avg = 0.98 * avg + 0.02 * loss`). Use `loss.item()` (a Python float) or
     `loss.detach()` (a tensor without history) for logging. Storing each step's loss by
     index into a list or dict made before the loop (`history[step] = loss`, the index
     counting the iterations) keeps the graphs the same way; a fixed window
@@ -265,11 +266,13 @@ def _backpropagates(events: tuple[Event, ...]) -> bool:
 
 
 def _added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
-        if dotted_name(value.left) == key:
-            return value.right
-        if dotted_name(value.right) == key:
-            return value.left
+    """What `key = value` adds onto the old `key`: `loss` in `total = total + loss` and in an exponential
+    average `avg = 0.9 * avg + 0.1 * loss`, whose old value (scaled, not detached) keeps every graph."""
+    terms = _terms(value)
+    if len(terms) > 1 and any(_scaled_name(term) == key for term in terms):
+        others = [term for term in terms if _scaled_name(term) != key]
+        if others:
+            return others[0] if len(others) == 1 else cst.List([cst.Element(other) for other in others])
     if (
         isinstance(value, cst.Call)
         and dotted_name(value.func) in ("torch.cat", "torch.stack", "torch.concat")
@@ -281,6 +284,21 @@ def _added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
             if len(others) < len(items.elements):
                 return cst.List([cst.Element(other) for other in others])
     return None
+
+
+def _terms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum or difference (`a + b - c`: a, b, c); one term for anything else."""
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
+        return [*_terms(value.left), *_terms(value.right)]
+    return [value]
+
+
+def _scaled_name(term: cst.BaseExpression) -> str | None:
+    """The name a term is, or is a multiple of: `avg`, `0.9 * avg`, `avg * beta`, `avg / 2`."""
+    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
+        right = dotted_name(term.right) if isinstance(term.operator, cst.Multiply) else None
+        return dotted_name(term.left) or right
+    return dotted_name(term)
 
 
 def _container_key(node: cst.BaseExpression) -> str | None:

@@ -39,8 +39,17 @@ class MissingZeroGrad(Rule):
     Clears done in a helper of the same module (`self.reset_grad()`) count, and gradient
     accumulation that clears right after its conditional step is fine.
 
+    A tensor updated in place from its own gradient (`w -= lr * w.grad` under `no_grad`,
+    `p.data.add_(p.grad, alpha=-lr)`) is a step as `optimizer.step()` is: without
+    `w.grad.zero_()`, `w.grad = None` or a `zero_grad()`, each update applies the sum of
+    every gradient so far.
+
     A clear on every micro-batch is this rule's finding; GL018 accumulation-not-scaled
     owns only the loss of an accumulation that is not divided by the number of micro-batches.
+
+    A step that hands what it steps (the optimizer, the model or its parameters) to a
+    function gradlint cannot read, imported from outside the project (`reset(optimizer)`,
+    `hooks.before_step(model)`), may be cleared there: unknown, so not reported.
 
     Known problems
     A clear done by a caller in another module is not seen.
@@ -60,7 +69,7 @@ class MissingZeroGrad(Rule):
     name = "missing-zero-grad"
     message = "gradients are never cleared in this training step, so each step adds onto the last"
     quiet_in_tests = True
-    requires = (b"backward", b"step")
+    requires = (b"backward", (b"step", b".grad"))  # `w -= lr * w.grad` steps by hand
     example = """
         for x, y in loader:
             loss = criterion(model(x), y)
@@ -96,7 +105,9 @@ class MissingZeroGrad(Rule):
         if not optimizers:
             return self.message
         names = " and ".join(dict.fromkeys(f"`{self.analysis.code(value)}`" for value in optimizers))
-        named = f"the gradients that {names} steps with are never cleared, so each step adds onto the last"
+        manual = all(event.by_hand for event in step.of_kind(Kind.STEP))
+        gradients = f"the gradients that update {names}" if manual else f"the gradients that {names} steps with"
+        named = f"{gradients} are never cleared, so each step adds onto the last"
         helpers = list(dict.fromkeys(event.via for event in step.events if event.via is not None))
         if helpers:
             named += " (" + ", ".join(f"`{helper}`" for helper in helpers) + " runs in the step)"
@@ -118,7 +129,16 @@ class MissingZeroGrad(Rule):
         if not steps or self._overwrites_gradients(step):
             return None
         if not clears:
-            return None if _caller_owns_optimizer(step) else step.of_kind(Kind.BACKWARD)[0]
+            if _caller_owns_optimizer(step):
+                return None
+            # A callee gradlint cannot read that receives what steps may clear it (`reset(optimizer)`).
+            stepped = {key for event in steps for key in self.analysis.stepped_objects(event)}
+            if self.analysis.handed_to_unknown(step.node, stepped) is not None:
+                return None
+            return step.of_kind(Kind.BACKWARD)[0]
+        # Which tensors an optimizer's clear covers is known by optimizer; a tensor updated by hand
+        # (`p -= lr * p.grad`) may be among any clear's parameters: counted as cleared.
+        steps = [event for event in steps if not event.by_hand]
         targets = {event.target for event in steps}
         if len(targets) < 2 or None in targets or any(not self._clears_one_optimizer(c) for c in clears):
             return None  # one optimizer, or a clear that covers every parameter
@@ -153,16 +173,16 @@ class MissingZeroGrad(Rule):
         """
         analysis = self.analysis
         key = event.target
-        if not isinstance(event.node, cst.Call) or key is None:
-            return False
+        if not isinstance(event.node, (cst.Call, cst.AugAssign)) or key is None:
+            return False  # `optimizer.step()`, or `w -= lr * w.grad`
         scope = analysis.context(event.node).scope
         loops = analysis.context(event.node).loops
         if loops and not event.direct:
             return False
         direct = [other for other in step.of_kind(Kind.STEP) if other.target == key and other.direct]
-        if event.direct and len(direct) != 1:
-            return False
-        at = analysis.statement_of(event.node)
+        if event.direct and len(direct) != 1 and not event.by_hand:
+            return False  # an optimizer stepped twice; a tensor updated twice from one gradient adds nothing up
+        at = analysis.statement_of(event.node) if isinstance(event.node, cst.Call) else event.node
         definitions = analysis.origins.definitions(key, at)
         return bool(definitions) and all(self._built_here(definition, scope, loops) for definition in definitions)
 

@@ -114,12 +114,16 @@ class UpdateOutsideNoGrad(Rule):
             return wrap_in_with(self.analysis, update.statement, cst.Call(no_grad), description)
         # Rebinding under no_grad would make a tensor that no longer requires grad at all;
         # updating in place instead changes what other references to the tensor see, so a
-        # person must judge: the fix is unsafe.
+        # person must judge: the fix is unsafe. The rebinding gave a tensor without a gradient:
+        # the gradient is dropped after the update, so the next one does not add onto it (GL002).
         in_place = _in_place(update.statement)
         if in_place is None:
             return None
-        description = "update the parameter in place under `torch.no_grad()`"
-        return wrap_in_with(self.analysis, update.statement, cst.Call(no_grad), description, safe=False, body=in_place)
+        dropped = cst.Assign([cst.AssignTarget(cst.Attribute(in_place.target, cst.Name("grad")))], cst.Name("None"))
+        description = "update the parameter in place under `torch.no_grad()`, then drop its gradient"
+        return wrap_in_with(
+            self.analysis, update.statement, cst.Call(no_grad), description, safe=False, body=(in_place, dropped)
+        )
 
 
 def _in_place(statement: cst.BaseSmallStatement) -> cst.AugAssign | None:
