@@ -22,7 +22,7 @@ from gradlint.analysis.leaves import PARAMETER_ITERATORS, Held, Leaves, paramete
 from gradlint.analysis.lineage import Lineages
 from gradlint.analysis.modes import ModeSwitches
 from gradlint.analysis.mutations import Mutations
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.analysis.nograd import NoGradValues
 from gradlint.analysis.origins import Origins
 from gradlint.analysis.positions import ModulePositions, WrittenStatements
@@ -35,7 +35,7 @@ from gradlint.analysis.summaries import UPDATE, Effect
 from gradlint.analysis.targets import Targets
 from gradlint.analysis.tensors import TensorProofs
 from gradlint.analysis.updates import Updates
-from gradlint.analysis.values import GradValues, names_in
+from gradlint.analysis.values import GradValues
 from gradlint.decoding import LINE_BREAK
 from gradlint.pytest_layout import TestLayout
 
@@ -295,6 +295,7 @@ class ModuleAnalysis:
             self.rebinds,
             self.updates.updated_models,
             self.updates.updated_models_in,
+            self.program,
         )
 
     @cached_property

@@ -23,13 +23,12 @@ import libcst as cst
 from gradlint.analysis.callers import CallerGradMode
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.leaves import Held, Leaves, argument, is_leaf_value, makes_leaf, parameter_names
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.analysis.origins import Binding, Definition, Origins
 from gradlint.analysis.program import ModuleProgram
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.steps import EventIndex
 from gradlint.analysis.summaries import BUILDS_OPTIMIZER
-from gradlint.analysis.values import names_in
 
 # Methods that return a new tensor, with history, from a tensor that requires grad.
 DEVICE_MOVES = frozenset({"cuda", "to", "type"})

@@ -30,7 +30,7 @@ import libcst as cst
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.forwards import constructs, fetches_module
 from gradlint.analysis.frameworks import optimizes_manually
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import EventIndex, Kind
 from gradlint.analysis.tree import children
@@ -39,7 +39,6 @@ from gradlint.analysis.values import (
     NON_GRAD_ATTRIBUTES,
     NON_GRAD_TORCH,
     GradValues,
-    names_in,
 )
 
 Nodes = frozenset[int]

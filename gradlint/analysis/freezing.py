@@ -18,11 +18,10 @@ from functools import cached_property
 import libcst as cst
 
 from gradlint.analysis.collect import Collected
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.analysis.origins import OUTSIDE, Binding, Definition, Origins
 from gradlint.analysis.roles import MODEL_NAME, Role, Roles
 from gradlint.analysis.steps import EventIndex, rebound
-from gradlint.analysis.values import names_in
 
 MODULE_ITERATORS = frozenset({"children", "modules"})
 NAMED_MODULE_ITERATORS = frozenset({"named_children", "named_modules"})

@@ -28,10 +28,10 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.forwards import ForwardCalls
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
+from gradlint.analysis.program import ModuleProgram
 from gradlint.analysis.steps import Event, EventIndex, Kind, rebound, switched_off_at
 from gradlint.analysis.summaries import EVAL, TRAIN
-from gradlint.analysis.values import names_in
 
 if TYPE_CHECKING:
     pass
@@ -104,9 +104,11 @@ class ModeSwitches:
         rebinds: Callable[[Region, str], bool],
         updated_models: Callable[[cst.BaseExpression], frozenset[str]],
         updated_models_in: Callable[[cst.BaseExpression, Scope], frozenset[str]],
+        program: ModuleProgram | None = None,
     ) -> None:
         self.collected = collected
         self.events = events
+        self.program = program
         self.backpropagated = backpropagated
         self.rebinds = rebinds
         self.updated_models = updated_models
@@ -313,7 +315,7 @@ class ModeSwitches:
                 for forward in self.collected.calls_in_scope(helper)
                 if self.forwards.is_forward(forward) and not self.events.context(forward).no_grad
             ]
-        program = self.events.program
+        program = self.program
         if program is None or program.callee_of(call, self.events.context(call), self.events) is None:
             return []
         receiver = [call.func.value] if isinstance(call.func, cst.Attribute) else []
@@ -324,7 +326,7 @@ class ModeSwitches:
     def _from_outside(self, call: cst.Call) -> list[Mark]:
         """The train, eval and backward effects of another module's function at `call`, in its order, from the
         whole-program model (`ModuleProgram.bound_effects`: its own calls followed, ports bound here)."""
-        program = self.events.program
+        program = self.program
         context = self.events.context(call)
         bound = program.bound_effects(call, context, self.events) if program is not None else None
         if bound is None:

@@ -16,9 +16,8 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.leaves import Leaves
-from gradlint.analysis.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.names import ImportMap, dotted_name, last_name, names_in
 from gradlint.analysis.tree import children
-from gradlint.analysis.values import names_in
 
 # Methods ending in `_` that change flags or storage sharing, not a tensor's values.
 NOT_INPLACE = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "detach_", "record_stream_", "pin_memory_"})

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from typing import cast
 
 import libcst as cst
+
+from gradlint.analysis.tree import children
+
+# Operators whose right operand scales the left (`loss / n`): n is a count, not an operand with a graph.
+SCALING_OPERATORS = (cst.Divide, cst.FloorDivide, cst.Power, cst.Modulo)
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
@@ -80,3 +86,38 @@ class ImportMap:
         head, _, rest = dotted.partition(".")
         base = self.aliases.get(head, head)
         return f"{base}.{rest}" if rest else base
+
+
+def names_in(node: cst.CSTNode) -> Iterator[str]:
+    """Dotted names (`loss`, `self.total`) read anywhere inside `node`."""
+    key = dotted_name(node) if isinstance(node, cst.BaseExpression) else None
+    if key is not None:
+        yield key
+        return
+    for child in children(node):
+        yield from names_in(child)
+
+
+def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
+    """Like `names_in`, without the functions called: only `x`, `y` in `F.cross_entropy(model(x), y)`.
+
+    `modules` are the names imports bind (`F`, `torch`), which are never operands.
+    """
+    if isinstance(node, cst.Call):
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        key = dotted_name(receiver) if receiver is not None else None
+        if receiver is not None and key is None:
+            yield from operand_names(receiver, modules)  # the receiver of out.view(-1).mean()
+        elif key is not None and key.split(".")[0] not in (*modules, "self"):
+            yield key  # loss.mean(), but not F.mse_loss(...) or self.criterion(...)
+        for arg in node.args:
+            yield from operand_names(arg.value, modules)  # not the keyword's name
+        return
+    if isinstance(node, cst.BaseExpression) and dotted_name(node) is not None:
+        yield from names_in(node)
+        return
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, SCALING_OPERATORS):
+        yield from operand_names(node.left, modules)  # `loss / n`: n is a count, not a graph
+        return
+    for child in children(node):
+        yield from operand_names(child, modules)

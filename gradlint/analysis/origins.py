@@ -16,8 +16,7 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected, Scope
 from gradlint.analysis.flow import ForwardWalk
-from gradlint.analysis.names import dotted_name
-from gradlint.analysis.values import names_in
+from gradlint.analysis.names import dotted_name, names_in
 
 
 class Binding(Enum):

@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import libcst as cst
 
@@ -33,7 +33,6 @@ from gradlint.analysis.names import ImportMap
 from gradlint.analysis.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref, name_ref
 from gradlint.analysis.steps import Event, EventIndex, Kind
 from gradlint.analysis.summaries import CALL, Effect, FunctionSummary, ModuleSummary, from_data, to_data
-from gradlint.cache import SummaryStore
 from gradlint.index import Outlines, Ref
 
 V = TypeVar("V")
@@ -59,6 +58,16 @@ class Callee:
 
 
 Summarize = Callable[[bytes, str], "ModuleSummary | None"]
+
+
+class SummaryStore(Protocol):
+    """Where summaries outlive a run (the engine's `gradlint.cache.SummaryStore`): keyed by a module's bytes."""
+
+    def key(self, data: bytes) -> str: ...
+
+    def get(self, key: str) -> Any: ...
+
+    def put(self, key: str, summary: Any) -> None: ...
 
 
 class Program:

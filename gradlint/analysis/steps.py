@@ -12,19 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 
 from gradlint.analysis.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.origins import Binding, Origins
 from gradlint.analysis.roles import Role, Roles
 from gradlint.analysis.tree import descendants
-
-if TYPE_CHECKING:
-    from gradlint.analysis.origins import Origins
-    from gradlint.analysis.program import ModuleProgram
-    from gradlint.analysis.summaries import FunctionSummary
 
 MAX_INLINE_DEPTH = 4
 JUMPS = (cst.Return, cst.Raise)
@@ -134,10 +130,37 @@ def _is_true(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
 
 
+class Returned(Protocol):
+    """What a project function of another module returns, as its summary says (`project.summaries`)."""
+
+    @property
+    def returns_grad(self) -> bool:
+        """Always a graph-carrying value."""
+
+    @property
+    def returns_grad_if_args(self) -> bool:
+        """A graph-carrying value when an argument carries a graph."""
+
+    @property
+    def elements(self) -> tuple[tuple[bool, bool], ...] | None:
+        """(always, if arguments do) per element of a returned tuple."""
+
+
+class Project(Protocol):
+    """What the events of one module need of the whole program: the model of the layer above
+    (`project.program.ModuleProgram`) is handed in, so this layer never imports it."""
+
+    def returns(self, call: cst.Call, context: Context, events: EventIndex) -> Returned | None: ...
+
+    def call_events(
+        self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
+    ) -> list[Event] | None: ...
+
+
 class EventIndex:
     """Classifies calls into events and gathers them per scope, loop and training step."""
 
-    def __init__(self, collected: Collected, roles: Roles, program: ModuleProgram | None = None) -> None:
+    def __init__(self, collected: Collected, roles: Roles, program: Project | None = None) -> None:
         self.collected = collected
         self.roles = roles
         self.program = program
@@ -202,8 +225,6 @@ class EventIndex:
     def origins(self) -> Origins:
         """Which assignments of a name reach a statement (shared with the rest of the analysis)."""
         if self._origins is None:
-            from gradlint.analysis.origins import Origins  # it needs values, which needs this module
-
             self._origins = Origins(self.collected)
         return self._origins
 
@@ -263,8 +284,6 @@ class EventIndex:
         statement = self.collected.statement_of.get(call)
         if statement is None:
             return None
-        from gradlint.analysis.origins import Binding
-
         definitions = self.origins.definitions(key, statement)
         if not definitions or any(definition.binding is not Binding.ASSIGN for definition in definitions):
             return None
@@ -307,7 +326,7 @@ class EventIndex:
             return False
         return self.roles.role(func.value) not in (Role.OPTIMIZER, Role.SCALER)  # `opt.step()` is a step
 
-    def outside(self, call: cst.Call) -> FunctionSummary | None:
+    def outside(self, call: cst.Call) -> Returned | None:
         """The summary of the function in another module of the project that `call` runs, if known."""
         if self.program is None or call not in self.collected.contexts or not self.worth_following(self.context(call)):
             return None

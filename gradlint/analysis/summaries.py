@@ -17,11 +17,10 @@ import libcst as cst
 
 from gradlint.analysis.collect import Scope
 from gradlint.analysis.leaves import ITERABLE_WRAPPERS, parameters_holder
-from gradlint.analysis.names import last_name
+from gradlint.analysis.names import last_name, names_in
 from gradlint.analysis.refs import all_params, call_ref, port, positional_params
 from gradlint.analysis.roles import Role
 from gradlint.analysis.steps import Kind, runs_when_off, updates_by_hand
-from gradlint.analysis.values import names_in
 from gradlint.index import Ref
 
 # The effects a summary records besides the gradient events of `steps.Kind`.

@@ -18,9 +18,8 @@ import libcst as cst
 
 from gradlint.analysis.collect import Collected
 from gradlint.analysis.lineage import Lineage, Lineages
-from gradlint.analysis.names import dotted_name, last_name
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.analysis.origins import Binding, Origins
-from gradlint.analysis.values import names_in
 
 MAX_DEPTH = 8
 MAX_ALTERNATIVES = 32

@@ -6,8 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.frameworks import automatic_training_steps
-from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.values import names_in
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
 

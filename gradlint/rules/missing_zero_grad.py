@@ -8,10 +8,9 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.collect import Loop, Scope
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis.names import dotted_name, operand_names
 from gradlint.analysis.origins import Binding, Definition
 from gradlint.analysis.tree import children
-from gradlint.analysis.values import operand_names
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 

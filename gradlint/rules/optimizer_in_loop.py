@@ -8,8 +8,7 @@ import libcst as cst
 
 from gradlint.analysis import Kind, Role, TrainingStep
 from gradlint.analysis.collect import Loop
-from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.values import names_in
+from gradlint.analysis.names import dotted_name, last_name, names_in
 from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3
