@@ -62,7 +62,7 @@ Interface = Callable[[str, str], "str | None"]
 
 
 class SummaryStore:
-    """Module summaries (`gradlint.analysis.summaries`) as JSON data, keyed by the module file's content."""
+    """Module summaries (`gradlint.analysis.project.summaries`) as JSON data, keyed by the module file's content."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory / "summaries"

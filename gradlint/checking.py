@@ -11,9 +11,9 @@ from pathlib import Path
 import libcst as cst
 
 from gradlint.analysis import ModuleAnalysis, analyze
-from gradlint.analysis.positions import WrittenStatements
-from gradlint.analysis.program import ModuleProgram, Program
-from gradlint.analysis.summaries import ModuleSummary, summarize
+from gradlint.analysis.project.program import ModuleProgram, Program
+from gradlint.analysis.project.summaries import ModuleSummary, summarize
+from gradlint.analysis.syntax.positions import WrittenStatements
 from gradlint.cache import SummaryStore
 from gradlint.catalog import could_fire
 from gradlint.decoding import decode_source, unparsable

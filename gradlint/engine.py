@@ -26,7 +26,7 @@ from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, tool_diagnost
 
 if TYPE_CHECKING:
     # The front-ends name the whole-program model through the engine, never the analysis.
-    from gradlint.analysis.program import Program as Program
+    from gradlint.analysis.project.program import Program as Program
     from gradlint.incremental import IncrementalParser
 
 # flake8's own pattern (flake8.defaults.NOQA_INLINE_REGEXP), so a comment means the same in both tools.
@@ -160,7 +160,7 @@ def whole_program(
     overlay: dict[Path, bytes] | None = None,
     summaries: SummaryStore | None = None,
 ) -> Program:
-    """The whole-program model of the project the files `paths` belong to (see `gradlint.analysis.program`).
+    """The whole-program model of the project the files `paths` belong to (see `gradlint.analysis.project.program`).
 
     Other modules are read from disk on demand (`overlay`: unsaved contents by path, for
     an editor); their summaries are kept in `summaries`, or in the cache directory `cache`.

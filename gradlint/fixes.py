@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradlint.analysis import ModuleAnalysis
-from gradlint.analysis.names import ImportMap
+from gradlint.analysis.syntax.names import ImportMap
 from gradlint.decoding import LINE_BREAK
 from gradlint.rule import Edit, Fix
 

@@ -16,6 +16,25 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Hooks:
+    """What a framework does around the methods of the classes it drives: its contract with them, as data.
+
+    A class is driven by the framework when one of its bases is one of `bases`, imported
+    from one of the framework's modules (`pl.LightningModule`, `from transformers import
+    Trainer`), or a class of the same module that is. A method of a class whose base
+    gradlint cannot follow (a class of another module, or of a package it does not know)
+    that is named like a hook of some framework may be that hook: what runs around it is
+    unknown.
+    """
+
+    bases: tuple[str, ...]  # the framework's classes whose subclasses' methods it calls
+    backpropagated: tuple[str, ...] = ()  # methods whose returned loss the framework backpropagates
+    without_grad: tuple[str, ...] = ()  # methods it runs under torch.no_grad()
+    after_backward: tuple[str, ...] = ()  # methods it runs after the backward pass, before the step
+    manual: tuple[str, str] | None = None  # the class flag (attribute, value) that takes backward and step over
+
+
+@dataclass(frozen=True)
 class Framework:
     """An array framework: importing one of its `modules` brings torch into a file, or (`on_torch` False) its own
     autograd, whose methods are not torch's."""
@@ -24,15 +43,30 @@ class Framework:
     modules: tuple[str, ...]  # the top-level import names
     contract: bool = False
     on_torch: bool = True  # gradlint models what it does around user code (a section of docs/frameworks.md)
+    hooks: Hooks | None = None
+
+
+LIGHTNING_HOOKS = Hooks(
+    bases=("LightningModule",),
+    backpropagated=("training_step",),
+    without_grad=("validation_step", "test_step", "predict_step"),
+    after_backward=(
+        "on_after_backward", "on_before_optimizer_step", "configure_gradient_clipping", "optimizer_step",
+        "on_before_zero_grad", "on_after_optimizer_step", "on_train_batch_end",
+    ),
+    manual=("automatic_optimization", "False"),
+)  # fmt: skip
 
 
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework("PyTorch", ("torch",)),
-    Framework("PyTorch Lightning", ("lightning", "pytorch_lightning"), contract=True),
+    Framework("PyTorch Lightning", ("lightning", "pytorch_lightning"), contract=True, hooks=LIGHTNING_HOOKS),
     Framework("Lightning Fabric", ("lightning_fabric",), contract=True),
     Framework("Accelerate", ("accelerate",), contract=True),
-    Framework("Hugging Face Transformers", ("transformers",), contract=True),
-    Framework("skorch", ("skorch",), contract=True),
+    Framework(
+        "Hugging Face Transformers", ("transformers",), contract=True, hooks=Hooks(("Trainer",), ("compute_loss",))
+    ),
+    Framework("skorch", ("skorch",), contract=True, hooks=Hooks(("NeuralNet",), without_grad=("validation_step",))),
     Framework("Ignite", ("ignite",), contract=True),
     Framework("torchvision", ("torchvision",)),
     Framework("torchaudio", ("torchaudio",)),
@@ -63,4 +97,16 @@ TORCH_MODULES = frozenset(module for framework in FRAMEWORKS if framework.on_tor
 # Top-level modules of other array frameworks: a file that imports one itself, and no torch package, is theirs.
 OTHER_FRAMEWORKS = frozenset(
     module for framework in FRAMEWORKS if not framework.on_torch for module in framework.modules
+)
+# The frameworks with a contract for the classes they drive, and every hook name any of them has.
+DRIVING = tuple(framework for framework in FRAMEWORKS if framework.hooks is not None)
+HOOK_NAMES = frozenset(
+    name
+    for framework in DRIVING
+    if framework.hooks is not None
+    for name in (
+        *framework.hooks.backpropagated,
+        *framework.hooks.without_grad,
+        *framework.hooks.after_backward,
+    )
 )

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from gradlint.analysis.positions import WrittenStatements
+from gradlint.analysis.syntax.positions import WrittenStatements
 
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement  # what a module's body holds
 

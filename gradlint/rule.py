@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from gradlint.analysis import ModuleAnalysis
-    from gradlint.analysis.steps import TrainingStep
+    from gradlint.analysis.facts.steps import TrainingStep
 
 # The labels of gradlint's `[project.urls]` entries that say where docs/ is published and
 # where the project lives; packaging tools may lowercase labels (PEP 753).

@@ -1,11 +1,11 @@
-"""Gradient accumulation (analysis/accumulation.py): which loops accumulate, and how each loss is scaled."""
+"""Gradient accumulation (analysis/training/accumulation.py): which loops accumulate, and how each loss is scaled."""
 
 from __future__ import annotations
 
 import textwrap
 
 from gradlint.analysis import analyze
-from gradlint.analysis.accumulation import Accumulations, Scaling
+from gradlint.analysis.training.accumulation import Accumulations, Scaling
 from gradlint.checking import parse
 
 

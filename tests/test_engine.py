@@ -13,7 +13,7 @@ from test_flake8_plugin import LOOP as NOQA_LOOP  # one leak, with a comment slo
 
 from gradlint import Config, Diagnostic, lint_source
 from gradlint.analysis import Kind, Role, analyze
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis.syntax.names import dotted_name
 from gradlint.decoding import source_encoding
 from gradlint.engine import find_targets, lint_targets
 

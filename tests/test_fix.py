@@ -545,7 +545,7 @@ def test_gl009_no_fix_when_the_evaluation_code_calls_what_might_need_gradients(c
 
 def test_a_gl009_fix_that_would_put_training_under_no_grad_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     # The old fix wrapped the innermost loop around the forward: here, the whole epoch loop.
-    from gradlint.analysis.evaluation import Evaluation
+    from gradlint.analysis.training.evaluation import Evaluation
 
     def whole_loop(self: Evaluation, call: cst.Call) -> tuple[cst.CSTNode, ...]:
         return (self.collected.contexts[call].loops[0],)
@@ -559,7 +559,7 @@ def test_a_gl009_fix_that_would_put_training_under_no_grad_is_dropped(monkeypatc
 
 
 def test_cli_says_which_fix_was_dropped_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradlint.analysis.evaluation import Evaluation
+    from gradlint.analysis.training.evaluation import Evaluation
 
     monkeypatch.setattr(Evaluation, "no_grad_target", lambda self, call: (self.collected.contexts[call].loops[0],))
     script = tmp_path / "train.py"

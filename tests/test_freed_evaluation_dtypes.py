@@ -8,8 +8,8 @@ import libcst as cst
 import pytest
 
 from gradlint.analysis import Kind, ModuleAnalysis, analyze
-from gradlint.analysis.branches import negates
-from gradlint.analysis.dtypes import DtypeKind
+from gradlint.analysis.facts.branches import negates
+from gradlint.analysis.facts.dtypes import DtypeKind
 
 HEADER = """
 import torch

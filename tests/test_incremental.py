@@ -242,7 +242,7 @@ def test_random_edits_of_every_example_give_a_full_parse() -> None:
 def test_positions_reuse_the_statements_an_edit_left_and_equal_libcsts() -> None:
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from gradlint.analysis.positions import ModulePositions
+    from gradlint.analysis.syntax.positions import ModulePositions
 
     source = (REPOSITORY / "examples" / "train_classifier.py").read_text()
     parser = IncrementalParser()

@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from gradlint.analysis import Kind, analyze
-from gradlint.analysis.lineage import criterion_sides
+from gradlint.analysis.facts.lineage import criterion_sides
 
 HEADER = """
 import torch

@@ -208,7 +208,7 @@ def test_a_quick_fix_is_offered_only_when_it_passes_the_check_fix_makes(
 ) -> None:
     from test_fix import EPOCHS
 
-    from gradlint.analysis.evaluation import Evaluation
+    from gradlint.analysis.training.evaluation import Evaluation
 
     def titles(ls: FakeServer, uri: str) -> list[str]:
         [diagnostic] = ls.published[-1].diagnostics

@@ -14,7 +14,7 @@ import pytest
 
 from gradlint import Config, lint_paths
 from gradlint.analysis import ModuleAnalysis, analyze
-from gradlint.analysis.summaries import from_data, to_data
+from gradlint.analysis.project.summaries import from_data, to_data
 from gradlint.checking import module_program, parse, summarize_module
 from gradlint.engine import whole_program
 from gradlint.index import Ref, outline

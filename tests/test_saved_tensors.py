@@ -1,4 +1,4 @@
-"""The saved-for-backward tables of analysis/graphs.py, checked against torch itself."""
+"""The saved-for-backward tables of analysis/facts/graphs.py, checked against torch itself."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gradlint.analysis.graphs import SAVES_INPUT, SAVES_OUTPUT
+from gradlint.analysis.facts.graphs import SAVES_INPUT, SAVES_OUTPUT
 
 torch = pytest.importorskip("torch")
 functional = torch.nn.functional

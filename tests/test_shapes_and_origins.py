@@ -8,8 +8,8 @@ import libcst as cst
 import pytest
 
 from gradlint.analysis import Kind, ModuleAnalysis, analyze
-from gradlint.analysis.origins import OUTSIDE, Binding
-from gradlint.analysis.shapes import Shape
+from gradlint.analysis.facts.origins import OUTSIDE, Binding
+from gradlint.analysis.facts.shapes import Shape
 
 HEADER = """
 import torch

@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from gradlint.analysis import analyze
-from gradlint.analysis.roles import Role
+from gradlint.analysis.facts.roles import Role
 
 HEADER = """\
 import torch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -101,6 +102,19 @@ def test_the_frameworks_docs_list_the_packages_that_bring_torch_and_a_section_pe
     assert f"<!-- frameworks:start -->\n{table}\n<!-- frameworks:end -->" in docs
     assert all(f"\n## {framework.name}\n" in docs for framework in FRAMEWORKS if framework.contract)
     assert {module for framework in FRAMEWORKS if framework.on_torch for module in framework.modules} == TORCH_MODULES
+
+
+def test_each_contracts_hooks_are_in_its_section_of_the_frameworks_docs() -> None:
+    """The hooks gradlint knows (`Framework.hooks`, as data) are what docs/frameworks.md says about each framework."""
+    docs = (Path(__file__).parents[1] / "docs" / "frameworks.md").read_text()
+    for framework in FRAMEWORKS:
+        if framework.hooks is None:
+            continue
+        section = docs.split(f"\n## {framework.name}\n", 1)[1].split("\n## ", 1)[0]
+        hooks = framework.hooks
+        names = {*hooks.bases, *hooks.backpropagated, *hooks.without_grad, *hooks.after_backward, *(hooks.manual or ())}
+        missing = sorted(name for name in names if not re.search(rf"`[^`]*\b{name}\b[^`]*`", section))
+        assert missing == [], (framework.name, missing)
 
 
 def test_a_file_decided_without_a_parse_is_decided_again_when_a_module_it_calls_changes(tmp_path: Path) -> None:

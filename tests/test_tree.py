@@ -1,4 +1,4 @@
-"""The read-only walk (gradlint.analysis.tree) follows LibCST's own traversal exactly, without rebuilding nodes."""
+"""The read-only walk (`analysis/syntax/tree.py`) follows LibCST's traversal exactly, without rebuilding nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from gradlint.analysis.tree import TRIVIA, child_fields, children, descendants, is_trivia
+from gradlint.analysis.syntax.tree import TRIVIA, child_fields, children, descendants, is_trivia
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every construct of the grammar the fixtures and examples use, plus the project's own code.
@@ -99,7 +99,7 @@ def test_no_analysis_or_rule_walks_through_libcsts_visitor_protocol() -> None:
     walking = re.compile(r"\.children\b(?!\(\))|\.visit\(|CSTVisitor|CSTTransformer|findall\(|\bm\.matches\(")
     offenders = [
         f"{path.relative_to(ROOT)}:{number}"
-        for path in sorted([*ROOT.glob("gradlint/analysis/*.py"), *ROOT.glob("gradlint/rules/*.py")])
+        for path in sorted([*ROOT.glob("gradlint/analysis/**/*.py"), *ROOT.glob("gradlint/rules/*.py")])
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if walking.search(line) and not line.lstrip().startswith(("#", '"', "`"))
     ]

@@ -8,34 +8,34 @@ from functools import cached_property, partial
 
 import libcst as cst
 
-from gradlint.analysis.accumulation import Accumulations
-from gradlint.analysis.branches import Branches
-from gradlint.analysis.callers import CallerGradMode
-from gradlint.analysis.collect import Collected, Context, GradMode, Loop, Scope, collect
-from gradlint.analysis.copies import LeafCopies
-from gradlint.analysis.dtypes import TensorDtypes
-from gradlint.analysis.evaluation import Evaluation
-from gradlint.analysis.freed import FreedGraphs
-from gradlint.analysis.freezing import Freezing
-from gradlint.analysis.graphs import Graphs
-from gradlint.analysis.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
-from gradlint.analysis.lineage import Lineages
-from gradlint.analysis.modes import ModeSwitches
-from gradlint.analysis.mutations import Mutations
-from gradlint.analysis.names import dotted_name, last_name, names_in
-from gradlint.analysis.nograd import NoGradValues
-from gradlint.analysis.origins import Origins
-from gradlint.analysis.positions import ModulePositions, WrittenStatements
-from gradlint.analysis.program import Callee, ModuleProgram
-from gradlint.analysis.refs import BUILTINS
-from gradlint.analysis.roles import Role, Roles
-from gradlint.analysis.shapes import Shapes
-from gradlint.analysis.steps import Event, EventIndex, Kind, TrainingStep
-from gradlint.analysis.summaries import UPDATE, Effect
-from gradlint.analysis.targets import Targets
-from gradlint.analysis.tensors import TensorProofs
-from gradlint.analysis.updates import Updates
-from gradlint.analysis.values import GradValues
+from gradlint.analysis.facts.branches import Branches
+from gradlint.analysis.facts.callers import CallerGradMode
+from gradlint.analysis.facts.dtypes import TensorDtypes
+from gradlint.analysis.facts.graphs import Graphs
+from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
+from gradlint.analysis.facts.lineage import Lineages
+from gradlint.analysis.facts.mutations import Mutations
+from gradlint.analysis.facts.nograd import NoGradValues
+from gradlint.analysis.facts.origins import Origins
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.shapes import Shapes
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.facts.tensors import TensorProofs
+from gradlint.analysis.facts.values import GradValues
+from gradlint.analysis.project.program import Callee, ModuleProgram
+from gradlint.analysis.project.summaries import UPDATE, Effect
+from gradlint.analysis.syntax.collect import Collected, Context, GradMode, Loop, Scope, collect
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.positions import ModulePositions, WrittenStatements
+from gradlint.analysis.syntax.refs import BUILTINS
+from gradlint.analysis.training.accumulation import Accumulations
+from gradlint.analysis.training.copies import LeafCopies
+from gradlint.analysis.training.evaluation import Evaluation
+from gradlint.analysis.training.freed import FreedGraphs
+from gradlint.analysis.training.freezing import Freezing
+from gradlint.analysis.training.modes import ModeSwitches
+from gradlint.analysis.training.targets import Targets
+from gradlint.analysis.training.updates import Updates
 from gradlint.decoding import LINE_BREAK
 from gradlint.pytest_layout import TestLayout
 

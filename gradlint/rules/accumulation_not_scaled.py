@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event
-from gradlint.analysis.accumulation import Accumulation, Scaling, trainer_losses_unscaled
-from gradlint.analysis.collect import Scope
+from gradlint.analysis.syntax.collect import Scope
+from gradlint.analysis.training.accumulation import Accumulation, Scaling, trainer_losses_unscaled
 from gradlint.rule import Rule
 
 UNSCALED = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Kind
-from gradlint.analysis.shapes import Shape
+from gradlint.analysis.facts.shapes import Shape
 from gradlint.rule import Rule
 
 SCALAR_ERROR = "'grad can be implicitly created only for scalar outputs'"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event, Kind
-from gradlint.analysis.collect import Scope
-from gradlint.analysis.names import dotted_name
-from gradlint.analysis.origins import OUTSIDE
+from gradlint.analysis.facts.origins import OUTSIDE
+from gradlint.analysis.syntax.collect import Scope
+from gradlint.analysis.syntax.names import dotted_name
 from gradlint.rule import Rule
 
 GRAD_ERROR = "'element 0 of tensors does not require grad'"

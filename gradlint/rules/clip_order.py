@@ -7,8 +7,8 @@ from collections.abc import Iterable
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, ModuleAnalysis, Role, TrainingStep
-from gradlint.analysis.frameworks import automatic_training_steps
-from gradlint.analysis.names import last_name
+from gradlint.analysis.facts.frameworks import backpropagated_returns
+from gradlint.analysis.syntax.names import last_name
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 
@@ -99,7 +99,7 @@ class ClipOrder(Rule):
 
     def check_module(self) -> None:
         # Lightning runs backward on what training_step returns, after training_step returns.
-        automatic = automatic_training_steps(self.analysis.collected)
+        automatic = backpropagated_returns(self.analysis.collected)
         for function in automatic:
             for clip in self.analysis.events.scope_events(function):
                 if clip.kind is Kind.CLIP and not _measures_only(clip.node):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Kind
-from gradlint.analysis.lineage import Backpropagated
-from gradlint.analysis.terms import CutTerm, LossTerms
+from gradlint.analysis.facts.lineage import Backpropagated
+from gradlint.analysis.facts.terms import CutTerm, LossTerms
 from gradlint.rule import Rule
 
 ADDED = "and it is added to a loss with a gradient: it changes the loss but trains nothing"
@@ -105,7 +105,7 @@ class DetachedLossTerm(Rule):
     def _losses(self) -> list[tuple[Backpropagated, str, bool]]:
         """The losses whose terms are judged, each with a note for its related location and if it is backpropagated."""
         lineage = self.analysis.lineage
-        backpropagated = [*lineage.backpropagated(), *lineage.trainer_losses()]
+        backpropagated = lineage.backpropagated()
         found = [(loss, "`{}` is backpropagated here", True) for loss in backpropagated]
         found.extend((loss, "`{}` is backpropagated by this call", True) for loss in self._backpropagated_by_calls())
         seen = {loss.at for loss in backpropagated}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.modes import switch_mode
+from gradlint.analysis.training.modes import switch_mode
 from gradlint.rule import Rule
 
 

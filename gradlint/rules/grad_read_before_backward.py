@@ -6,7 +6,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from gradlint.analysis.gradreads import GradRead, GradReads
+from gradlint.analysis.training.gradreads import GradRead, GradReads
 from gradlint.rule import Rule
 
 NOT_RETAINED = "`{key}` is not a leaf and `retain_grad()` is never called on it, so `{key}.grad` is always None"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Kind, TrainingStep
-from gradlint.analysis.mutations import InPlace
+from gradlint.analysis.facts.mutations import InPlace
 from gradlint.rule import Rule
 
 INPLACE_ERROR = "'modified by an inplace operation'"

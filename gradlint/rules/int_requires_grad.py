@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.dtypes import DtypeKind
-from gradlint.analysis.names import last_name
+from gradlint.analysis.facts.dtypes import DtypeKind
+from gradlint.analysis.syntax.names import last_name
 from gradlint.rule import Rule
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Event, Kind
-from gradlint.analysis.frameworks import automatic_training_steps
-from gradlint.analysis.names import dotted_name, last_name, names_in
+from gradlint.analysis.facts.frameworks import backpropagated_returns
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
 
@@ -161,7 +161,7 @@ class LossAccumulation(Rule):
                 or not key.startswith("self.")
                 or not (
                     _backpropagates(analysis.events.region_events(function))
-                    or function in automatic_training_steps(analysis.collected)
+                    or function in backpropagated_returns(analysis.collected)
                 )
             ):
                 return

@@ -7,10 +7,10 @@ from collections.abc import Collection
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
-from gradlint.analysis.collect import Loop, Scope
-from gradlint.analysis.names import dotted_name, operand_names
-from gradlint.analysis.origins import Binding, Definition
-from gradlint.analysis.tree import children
+from gradlint.analysis.facts.origins import Binding, Definition
+from gradlint.analysis.syntax.collect import Loop, Scope
+from gradlint.analysis.syntax.names import dotted_name, operand_names
+from gradlint.analysis.syntax.tree import children
 from gradlint.fixes import insert_before
 from gradlint.rule import Fix, Rule
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.names import dotted_name, last_name
-from gradlint.analysis.origins import Binding
+from gradlint.analysis.facts.origins import Binding
+from gradlint.analysis.syntax.names import dotted_name, last_name
 from gradlint.rule import Rule
 
 NEW_LEAF = (
@@ -74,7 +74,7 @@ class NonDifferentiableLoss(Rule):
 
     def check_module(self) -> None:
         analysis = self.analysis
-        for backpropagated in (*analysis.lineage.backpropagated(), *analysis.lineage.trainer_losses()):
+        for backpropagated in analysis.lineage.backpropagated():
             value, statement = backpropagated.value, backpropagated.at
             lineage = analysis.lineage.of(value, statement)
             leaf = self._new_leaf(value, statement, lineage.live)

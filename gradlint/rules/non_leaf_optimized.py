@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.copies import CopyUse, LeafCopy
+from gradlint.analysis.training.copies import CopyUse, LeafCopy
 from gradlint.fixes import method_call, replace_node, without_keyword
 from gradlint.rule import Fix, Rule
 

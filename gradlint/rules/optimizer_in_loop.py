@@ -7,8 +7,8 @@ import re
 import libcst as cst
 
 from gradlint.analysis import Kind, Role, TrainingStep
-from gradlint.analysis.collect import Loop
-from gradlint.analysis.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.collect import Loop
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3

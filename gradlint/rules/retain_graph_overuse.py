@@ -7,11 +7,11 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
-from gradlint.analysis.collect import Loop, Scope
-from gradlint.analysis.evaluation import ITERATION_WRAPPERS, LOADER_NAME, iterates_loader
-from gradlint.analysis.lineage import is_data_name
-from gradlint.analysis.names import dotted_name, last_name, names_in
-from gradlint.analysis.tree import children
+from gradlint.analysis.facts.lineage import is_data_name
+from gradlint.analysis.syntax.collect import Loop, Scope
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.tree import children
+from gradlint.analysis.training.evaluation import ITERATION_WRAPPERS, LOADER_NAME, iterates_loader
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
 

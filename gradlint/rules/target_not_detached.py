@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.targets import Position, UndetachedTarget
+from gradlint.analysis.training.targets import Position, UndetachedTarget
 from gradlint.rule import Rule
 
 MESSAGES = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.mutations import ManualUpdate
-from gradlint.analysis.names import dotted_name
+from gradlint.analysis.facts.mutations import ManualUpdate
+from gradlint.analysis.syntax.names import dotted_name
 from gradlint.fixes import reference, wrap_in_with
 from gradlint.rule import Fix, Rule
 

@@ -1,0 +1,66 @@
+"""Which calls run a model's forward pass, as opposed to building or fetching a module.
+
+A forward call is a call of something that holds a model (`model(x)`,
+`self.encoder(x)`, `model.forward(x)`, `self(x)` inside an `nn.Module`). Calls that
+build a module (`Net().to(device)`, `nn.Linear(4, 2)`) or fetch one
+(`accelerator.unwrap_model(model)`, `AutoModel.from_pretrained(...)`) are not, even
+when the name guess in `roles` calls them models.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from gradlint.analysis.facts.roles import MODULE_PASSTHROUGH, Role, Roles
+from gradlint.analysis.facts.steps import EventIndex
+from gradlint.analysis.syntax.collect import Collected
+from gradlint.analysis.syntax.names import last_name
+
+ACCESSOR = re.compile(r"_*(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
+
+
+def constructs(call: cst.Call) -> bool:
+    """True for `Net()`, `nn.Linear(4, 2)`, `Net().to(device)`: a class called, maybe moved."""
+    base: cst.BaseExpression = call
+    while (
+        isinstance(base, cst.Call)
+        and isinstance(base.func, cst.Attribute)
+        and base.func.attr.value in MODULE_PASSTHROUGH
+    ):
+        base = base.func.value
+    name = last_name(base.func) if isinstance(base, cst.Call) else None
+    return name is not None and name[:1].isupper()
+
+
+def fetches_module(call: cst.Call) -> bool:
+    """True for accessors that hand back a module rather than run it: `unwrap_model(m)`."""
+    name = last_name(call.func)
+    return name is not None and ACCESSOR.fullmatch(name) is not None
+
+
+class ForwardCalls:
+    """Answers whether a call runs a model's forward pass."""
+
+    def __init__(self, collected: Collected, roles: Roles, events: EventIndex) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.events = events
+
+    def is_forward(self, call: cst.Call) -> bool:
+        """True for `model(x)`, `self.encoder(x)`, `model.forward(x)`, `self(x)` in a module class."""
+        if constructs(call) or fetches_module(call):
+            return False
+        if call in self.collected.contexts and self.events.resolve_helper(call) is not None:
+            return False  # a function of this module (`_make_encoder(...)`), not a module's forward
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        if isinstance(func, cst.Name) and func.value == "self":
+            context = self.collected.contexts.get(call)
+            owner = context.class_def if context is not None else None
+            return owner is not None and self.roles.is_model_class(owner)
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return False
+        return self.roles.role(func) is Role.MODEL

@@ -1,0 +1,314 @@
+"""The autograd graph behind a value: what it was computed from and what backward saved of it.
+
+The value a name holds at a statement is the one assignment that reaches it (see
+`origins`); where several may, nothing is assumed. A value requires grad when it carries
+a graph (see `values`) or is computed from a leaf that requires grad (see `leaves`).
+An operation saves a tensor for backward when its derivative needs it: `exp`,
+`sigmoid`, `tanh`, `relu`, `softmax` save their output; `log`, `pow`, `sin`, a layer
+call and a product with another tensor that requires grad save their input. Changing
+a saved tensor in place makes backward raise. A view shares what it views (`h[0]`,
+`h.t()`), a copy does not (`h[mask]`, `h[idx]` with a tensor index); a container (a
+dict of outputs) is never saved itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value
+from gradlint.analysis.facts.origins import Binding, Origins
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.values import (
+    DETACHING_METHODS,
+    NON_GRAD_ATTRIBUTES,
+    NON_GRAD_BUILTINS,
+    NON_GRAD_TORCH,
+    GradValues,
+)
+from gradlint.analysis.syntax.collect import Collected
+from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.tree import children, descendants
+
+# Checked against torch 2.13: changing the result in place, then backward, raises.
+SAVES_OUTPUT = frozenset(
+    {
+        "exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_", "tanh", "tanh_", "relu", "relu_", "softmax",
+        "log_softmax", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "norm", "prod", "tan",
+    }
+)  # fmt: skip
+# Checked against torch 2.13: changing the argument in place, then backward, raises.
+SAVES_INPUT = frozenset(
+    {
+        "log", "log1p", "log2", "log10", "sin", "cos", "asin", "acos", "atan", "sinh", "cosh", "pow",
+        "square", "abs", "clamp", "clip", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
+        "hardtanh", "hardsigmoid", "logsigmoid", "mish", "erf", "normalize", "layer_norm", "group_norm",
+        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min",
+    }
+)  # fmt: skip
+# Saves an argument only when another argument requires grad (the product rule).
+SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer", "dot"})
+# Modules whose forward saves its output (as the functions above do), or neither output nor input.
+OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSoftmax"})
+NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
+VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
+MAX_DEPTH = 8
+
+
+class Graphs:
+    """Answers what a value was computed from, whether it requires grad, and whether it was saved."""
+
+    def __init__(
+        self, collected: Collected, roles: Roles, values: GradValues, leaves: Leaves, origins: Origins
+    ) -> None:
+        self.collected = collected
+        self.origins = origins
+        self.roles = roles
+        self.values = values
+        self.leaves = leaves
+        self._depth = 0
+
+    def definition(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
+        """The one plain assignment of `key` that reaches statement `at`, if there is exactly one."""
+        definitions = self.origins.definitions(key, at)
+        if len(definitions) != 1:
+            return None
+        (definition,) = definitions
+        if definition.binding is not Binding.ASSIGN or not isinstance(definition.node, (cst.Assign, cst.AnnAssign)):
+            return None
+        return definition.node
+
+    def requires_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when `expression`, just before statement `at`, is a tensor that autograd tracks."""
+        if self.collected.contexts[at].no_grad or self._depth > MAX_DEPTH:
+            return False
+        if self.values.is_grad(expression, at):
+            return True
+        self._depth += 1
+        try:
+            return any(self._operand_requires_grad(operand, at) for operand in self.operands(expression))
+        finally:
+            self._depth -= 1
+
+    def may_carry_graph(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """False only when `expression` provably has no graph behind it: constants, data, fresh leaves."""
+        if self.collected.contexts[at].no_grad or is_leaf_value(expression):
+            return False
+        if self.requires_grad(expression, at):
+            return True
+        return any(isinstance(node, cst.Call) and self._may_compute_graph(node) for node in descendants(expression))
+
+    def _may_compute_graph(self, call: cst.Call) -> bool:
+        # Ex) self.trunk(x), encode(batch): an unknown callable may run a forward pass
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+            return False
+        if isinstance(func, cst.Name) and func.value in NON_GRAD_BUILTINS:
+            return False
+        qualified = self.roles.imports.resolve(func) or ""
+        return not (qualified.startswith("torch.") and last_name(func) in NON_GRAD_TORCH)
+
+    def _operand_requires_grad(self, operand: cst.Name | cst.Attribute, at: cst.CSTNode) -> bool:
+        if self.leaves.is_leaf(operand, at):
+            return True
+        key = dotted_name(operand)
+        definition = self.definition(key, at) if key is not None else None
+        return (
+            definition is not None and definition.value is not None and self.requires_grad(definition.value, definition)
+        )
+
+    def operands(self, expression: cst.CSTNode) -> Iterator[cst.Name | cst.Attribute]:
+        """The names and attributes whose values flow into `expression` (callees and detached parts excluded)."""
+        if isinstance(expression, (cst.Name, cst.Attribute)):
+            if isinstance(expression, cst.Attribute) and expression.attr.value in NON_GRAD_ATTRIBUTES:
+                return
+            if dotted_name(expression) is not None:
+                yield expression
+                return
+        if isinstance(expression, cst.Call):
+            yield from self._call_operands(expression)
+            return
+        if isinstance(expression, cst.Subscript):
+            yield from self.operands(expression.value)
+            return
+        if isinstance(expression, (cst.Comparison, cst.Lambda, cst.BaseString)):
+            return
+        for child in children(expression):
+            yield from self.operands(child)
+
+    def _call_operands(self, call: cst.Call) -> Iterator[cst.Name | cst.Attribute]:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+            return
+        qualified = self.roles.imports.resolve(func) or ""
+        if qualified.startswith("torch.") and last_name(func) in NON_GRAD_TORCH:
+            return
+        if isinstance(func, cst.Attribute) and not self._is_namespace(func.value):
+            yield from self.operands(func.value)  # the receiver of a method: out.mean()
+        for arg in call.args:
+            yield from self.operands(arg.value)
+
+    def tensors_of(self, expression: cst.BaseExpression) -> Iterator[cst.Name | cst.Attribute]:
+        """The named tensors `expression` is plain tensor arithmetic on: `out` in `out[0].sum() / n`.
+
+        Calls of functions, layers and models (`criterion(model(x), y)`) are not followed.
+        """
+        if isinstance(expression, (cst.Name, cst.Attribute)) and dotted_name(expression) is not None:
+            yield expression
+        elif isinstance(expression, cst.Subscript):
+            yield from self.tensors_of(expression.value)
+        elif isinstance(expression, cst.UnaryOperation):
+            yield from self.tensors_of(expression.expression)
+        elif isinstance(expression, cst.BinaryOperation):
+            yield from self.tensors_of(expression.left)
+            yield from self.tensors_of(expression.right)
+        elif isinstance(expression, (cst.List, cst.Tuple)):
+            for element in expression.elements:
+                yield from self.tensors_of(element.value)
+        elif (
+            isinstance(expression, cst.Call)
+            and isinstance(expression.func, cst.Attribute)
+            and not self._is_namespace(expression.func.value)
+        ):
+            yield from self.tensors_of(expression.func.value)  # a tensor method: out.sum()
+
+    def _is_namespace(self, node: cst.BaseExpression) -> bool:
+        # torch.exp(x), F.relu(x), self.fc(x), model(x): the callee's owner is no operand
+        key = dotted_name(node)
+        if key is None:
+            return False
+        head = key.split(".")[0]
+        return head in self.roles.imports.aliases or head == "self" or self.roles.role(node) is Role.MODEL
+
+    def sources(self, expression: cst.BaseExpression, at: cst.CSTNode) -> dict[str, cst.CSTNode | None]:
+        """Every name `expression` is computed from, through earlier assignments, with its definition."""
+        found: dict[str, cst.CSTNode | None] = {}
+        pending = [(operand, at) for operand in self.operands(expression)]
+        while pending:
+            operand, where = pending.pop()
+            key = dotted_name(operand)
+            if key is None or key in found:
+                continue
+            definition = self.definition(key, where)
+            found[key] = definition
+            if definition is not None and definition.value is not None:
+                pending.extend((inner, definition) for inner in self.operands(definition.value))
+        return found
+
+    def saved_for_backward(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
+        key = dotted_name(target)
+        definition = self.definition(key, at) if key is not None else None
+        if key is None or definition is None or definition.value is None:
+            return False
+        if is_container(definition.value) or isinstance(definition.value, cst.Tuple):
+            return False
+        if not self.requires_grad(definition.value, definition):
+            return False
+        if _saves_output(definition.value) or self._module_kind(definition.value) == "output":
+            return True
+        start, end = self.collected.order[definition], self.collected.order[at]
+        if start > end:
+            return False  # assigned later in a loop body: the value came round from the last iteration
+        scope = self.collected.contexts[at].scope
+        between = [
+            s
+            for s in self.collected.statements_in_scope(scope)
+            if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
+        ]
+        return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
+
+    def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BinaryOperation):
+            return self._product_saves(node, key, statement)
+        if not isinstance(node, cst.Call):
+            return False
+        name = last_name(node.func) or ""
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        arguments = [arg.value for arg in node.args]
+        if receiver is not None and _refers_to(receiver, key):
+            if name in SAVES_INPUT_IF_OTHER:
+                return any(self.requires_grad(argument, statement) for argument in arguments)
+            return name in SAVES_INPUT or (name in SAVES_OUTPUT and name.endswith("_"))
+        if not any(_refers_to(argument, key) for argument in arguments):
+            return False
+        if name in SAVES_INPUT or self._module_kind(node) == "input":
+            return True
+        others = [argument for argument in arguments if not _refers_to(argument, key)]
+        return name in SAVES_INPUT_IF_OTHER and any(self.requires_grad(other, statement) for other in others)
+
+    def _module_kind(self, value: cst.BaseExpression) -> str | None:
+        """What a call of a module saves: "output" (nn.Sigmoid), "input" (nn.Linear, any other), or None."""
+        if not isinstance(value, cst.Call) or self.roles.role(value.func) is not Role.MODEL:
+            return None
+        key = dotted_name(value.func)
+        built = [v for v in self.roles.values.get(key, []) if isinstance(v, cst.Call)] if key else []
+        classes = {last_name(v.func) for v in built}
+        if classes and classes <= OUTPUT_SAVING_MODULES:
+            return "output"
+        if classes and classes <= NOTHING_SAVING_MODULES:
+            return None  # Ex) self.drop = nn.Dropout(0.1): saves a mask, not its input
+        return "input"
+
+    def _product_saves(self, node: cst.BinaryOperation, key: str, statement: cst.CSTNode) -> bool:
+        # Ex) z = w * h saves h for w's gradient; h ** 2 and x / h save h whatever the other side is
+        left, right = _refers_to(node.left, key), _refers_to(node.right, key)
+        if not (left or right):
+            return False
+        operator = node.operator
+        if isinstance(operator, cst.Power) or (isinstance(operator, cst.Divide) and right):
+            return True
+        if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
+            return self.requires_grad(node.right if left else node.left, statement)
+        return False
+
+
+def _saves_output(value: cst.BaseExpression) -> bool:
+    while isinstance(value, (cst.Call, cst.Subscript)):
+        if isinstance(value, cst.Subscript):
+            value = value.value
+            continue
+        name = last_name(value.func) or ""
+        if _of_self(value.func):
+            return False  # Ex) self.norm(x): a submodule or a method, judged by what built it, never by its name
+        if name in SAVES_OUTPUT:
+            return not any(arg.keyword is not None and arg.keyword.value == "inplace" for arg in value.args)
+        if name not in VIEWS or not isinstance(value.func, cst.Attribute):
+            return False
+        value = value.func.value  # a view of a saved output shares its storage
+    return False
+
+
+def _of_self(func: cst.BaseExpression) -> bool:
+    """Whether a call's function is an attribute of `self` (`self.norm`): no tensor operation, whatever its name."""
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+
+
+def _is_view_index(node: cst.Subscript) -> bool:
+    """`h[0]`, `h[:, 1:]`, `h[..., None]`: basic indexing gives a view; a tensor or mask index (`h[mask]`) copies."""
+    for element in node.slice:
+        index = element.slice
+        if not isinstance(index, cst.Index):
+            continue  # a slice
+        value = index.value
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            value = value.expression
+        if not (
+            isinstance(value, (cst.Integer, cst.Ellipsis)) or (isinstance(value, cst.Name) and value.value == "None")
+        ):
+            return False
+    return True
+
+
+def _refers_to(node: cst.BaseExpression, key: str) -> bool:
+    # The tensor itself or a view of it: h, h[0], h.view(-1), h.t() (not a copy: h[mask])
+    while True:
+        if dotted_name(node) == key:
+            return True
+        if isinstance(node, cst.Subscript) and _is_view_index(node):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEWS:
+            node = node.func.value
+        else:
+            return False

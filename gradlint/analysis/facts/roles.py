@@ -1,0 +1,357 @@
+"""What names and attributes hold: optimizers, GradScalers, models and loss functions."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from enum import Enum
+
+import libcst as cst
+
+from gradlint.analysis.syntax.collect import Collected
+from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
+
+
+class Role(Enum):
+    """The kind of object a symbol holds, as far as gradient bugs are concerned."""
+
+    OPTIMIZER = "optimizer"
+    SCALER = "scaler"
+    MODEL = "model"
+    LOSS_FN = "loss function"
+    OTHER = "other"  # known to be something else: blocks guesses from the name
+
+
+KNOWN_OPTIMIZERS = frozenset(
+    {
+        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "LBFGS", "NAdam",
+        "RAdam", "SparseAdam", "ASGD", "Lion", "LAMB", "Lamb", "Adafactor", "FusedAdam", "FusedLAMB",
+        "FusedSGD", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Sophia", "Shampoo",
+        "Muon", "Ranger", "AdaBelief", "Yogi", "Prodigy", "DAdaptAdam", "ScheduleFreeAdamW",
+        "Lookahead", "LARS", "SAM", "ZeroRedundancyOptimizer",
+    }
+)  # fmt: skip
+# torch.distributed.optim.DistributedOptimizer keeps gradients per autograd context.
+NOT_OPTIMIZERS = frozenset({"DistributedOptimizer"})
+SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
+# Method calls that return the module they are called on.
+MODULE_PASSTHROUGH = frozenset(
+    {"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_", "to_empty"}
+)
+# Calls that hand back the object they wrap, with the same role.
+# `copy.deepcopy(model)` (a target or EMA network) is a model of its own with the same role.
+WRAPPERS = frozenset({"compile", "prepare", "DataParallel", "DistributedDataParallel", "DDP", "deepcopy"})
+MODEL_BASES = frozenset(
+    {
+        "Module",
+        "LightningModule",
+        "PreTrainedModel",
+        "Sequential",
+        "ModuleList",
+        "ModuleDict",
+        "DistributedDataParallel",
+        "DataParallel",
+    }
+)
+NON_MODEL_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "init", "functional", "utils"})
+ARGUMENT_PARSERS = re.compile(r"parse_(known_)?args|parse_opts?|get_args|get_opts|get_config|Namespace|EasyDict")
+
+OPTIMIZER_NAME = re.compile(
+    r"(optimizer|optimiser|optim|opt)s?"
+    r"(_?[A-Z]|_?\d+|_(g|d|gen|disc|generator|discriminator|enc|dec|encoder|decoder|actor|critic|policy|value|q|pi|v|model|net|main|alpha|[a-z]))?"
+    r"|[A-Za-z0-9]+_(optimizer|optimiser|optim|opt)|optimizer[A-Z]\w*"
+)
+SCALER_NAME = re.compile(r"(grad_|amp_|loss_)?scaler")
+MODEL_NAME = re.compile(
+    r"(?i)(\w+_)?(model|net|network|encoder|decoder|generator|discriminator|critic|actor|policy|backbone|classifier|"
+    r"unet|vae|student|teacher|transformer|qnet|q_net)(_\w+)?\d*|net[GD]|[GD]|[GD]_[A-Za-z]+"
+)
+# Callables named like loss functions; `evaluate_loss(...)`, `log_loss(...)` report numbers.
+LOSS_NAME = re.compile(
+    r"(?i)(?!(eval|evaluate|val|valid|validate|validation|test|log|print|plot|report|record|track|avg|average|mean)_)"
+    r"(criterion|crit|loss|loss_?fn|loss_?func(tion)?|(compute|calc|calculate|get)_loss|\w+_criterion|\w+_loss(_fn|_func)?)"
+)
+
+ANNOTATION_ROLES = {
+    "Optimizer": Role.OPTIMIZER,
+    "GradScaler": Role.SCALER,
+    "Module": Role.MODEL,
+    "LightningModule": Role.MODEL,
+}
+
+
+class Roles:
+    """Answers which role an expression's symbol holds, from assignments, annotations and names."""
+
+    def __init__(self, collected: Collected, project_bases: Callable[[str], tuple[str, ...]] | None = None) -> None:
+        self.imports: ImportMap = collected.imports
+        # The bases of a class another module of the project defines (from the whole-program model).
+        self.project_bases = project_bases
+        self.values: dict[str, list[cst.BaseExpression]] = {}
+        self.annotations: dict[str, Role] = {}
+        self.classes = {cls.name.value: cls for cls in collected.classes}
+        # Names the module binds by `def` or by an import: functions and other modules' objects, whose name proves
+        # nothing about what they are (`save_best_model(...)` saves a checkpoint).
+        self.not_by_name = frozenset(
+            {f.name.value for f in collected.functions if collected.def_scopes.get(f) is collected.module}
+            | set(collected.imports.aliases)
+            | set(collected.imports.relative)
+        )
+        # Names given to more than one class (a `ToyModel` in each test): which one a call builds is unknown.
+        counts = Counter(cls.name.value for cls in collected.classes)
+        self.redefined = frozenset(name for name, count in counts.items() if count > 1)
+        self._cache: dict[str, Role | None] = {}
+        self._computing: set[str] = set()
+        for statement in collected.statements:
+            self._record_statement(statement)
+        for function in collected.functions:
+            for param in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params):
+                self._record_annotation(param.name.value, param.annotation)
+        for loop in collected.loops:
+            if isinstance(loop, cst.For):
+                self._record_for(loop)
+        self.optimized = self._optimized_modules(collected.calls)
+
+    def _optimized_modules(self, calls: list[cst.Call]) -> frozenset[str]:
+        """Names whose `.parameters()` an optimizer is built on: modules, whatever they are called."""
+        found: set[str] = set()
+        for call in calls:
+            qualified = self.imports.resolve(call.func) or ""
+            name = qualified.rsplit(".", 1)[-1] if qualified else last_name(call.func) or ""
+            if not _is_optimizer_constructor(qualified, name) or not call.args:
+                continue
+            # Ex) torch.optim.Adam(params=self.agent.parameters(), lr=...)
+            first = call.args[0].value
+            if not isinstance(first, cst.Call) or first.args or not isinstance(first.func, cst.Attribute):
+                continue
+            if first.func.attr.value == "parameters":
+                found.add(dotted_name(first.func.value) or "")
+        return frozenset(found - {"", "self"})  # `self` is judged by its class, not by its optimizer
+
+    def _record_statement(self, statement: cst.BaseSmallStatement) -> None:
+        if isinstance(statement, cst.Assign):
+            for target in statement.targets:
+                self._record_target(target.target, statement.value)
+        elif isinstance(statement, cst.AnnAssign):
+            self._record_annotation(dotted_name(statement.target), statement.annotation)
+            if statement.value is not None:
+                self._record_target(statement.target, statement.value)
+
+    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            sources = _elements(_unwrap_prepare(value))
+            for index, element in enumerate(target.elements):
+                source = sources[index] if sources and len(sources) == len(target.elements) else value
+                self._record_target(element.value, source)
+            return
+        key = dotted_name(target)
+        if key is not None:
+            self.values.setdefault(key, []).append(value)
+
+    def _record_annotation(self, key: str | None, annotation: cst.Annotation | None) -> None:
+        if key is None or annotation is None:
+            return
+        name = last_name(annotation.annotation)
+        if name in ANNOTATION_ROLES:
+            self.annotations[key] = ANNOTATION_ROLES[name]
+
+    def _record_for(self, loop: cst.For) -> None:
+        elements = _elements(loop.iter)
+        if elements and isinstance(loop.target, (cst.Name, cst.Attribute)):
+            for element in elements:
+                self._record_target(loop.target, element)
+
+    def role(self, node: cst.BaseExpression) -> Role | None:
+        """The role of the object `node` evaluates to, or None when unknown."""
+        key = dotted_name(node)
+        if key is None:
+            return self.role_of_value(node)
+        if key not in self._cache:
+            if key in self._computing:
+                return None
+            self._computing.add(key)
+            self._cache[key] = self._role_of_key(key)
+            self._computing.discard(key)
+        return self._cache[key]
+
+    def proven_role(self, node: cst.BaseExpression) -> Role | None:
+        """The role of `node` when an annotation or the call that built it shows it; never a guess from a name."""
+        return self._proven_role(node, set())
+
+    def _proven_role(self, node: cst.BaseExpression, seen: set[str]) -> Role | None:
+        value = _unwrap_passthrough(node)
+        key = dotted_name(value)
+        if key is None:
+            if not isinstance(value, cst.Call):
+                return None
+            qualified = self.imports.resolve(value.func) or ""
+            name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
+            if name in WRAPPERS and len(value.args) == 1:
+                return self._proven_role(value.args[0].value, seen)
+            return self._role_of_constructor(qualified, name, dotted_name(value.func))
+        if key in self.annotations:
+            return self.annotations[key]
+        if key in seen:
+            return None
+        seen.add(key)
+        roles = {self._proven_role(source, seen) for source in self.values.get(key, [])}
+        return roles.pop() if len(roles) == 1 else None
+
+    def _role_of_key(self, key: str) -> Role | None:
+        if key in self.annotations:
+            return self.annotations[key]
+        roles = {self.role_of_value(value) for value in self.values.get(key, [])} - {None}
+        for role in (Role.OPTIMIZER, Role.SCALER, Role.LOSS_FN, Role.MODEL, Role.OTHER):
+            if role in roles:
+                return role
+        if "." not in key and key in self.classes:
+            return None  # a class, not an instance of it
+        if key.partition(".")[0] in self.not_by_name:
+            return Role.MODEL if key in self.optimized else None
+        named = _role_from_name(key.rsplit(".", 1)[-1])
+        return Role.MODEL if named is None and key in self.optimized else named
+
+    def role_of_value(self, value: cst.BaseExpression) -> Role | None:
+        """The role of the object an expression creates or refers to."""
+        value = _unwrap_passthrough(value)
+        if isinstance(value, cst.Subscript) and _lightning_optimizers(value.value):
+            return Role.OPTIMIZER  # self.optimizers()[0]
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return self.role(value) if dotted_name(value) else None
+        if _lightning_optimizers(value):
+            return Role.OPTIMIZER  # a LightningModule's accessor of the optimizers it configured
+        if not isinstance(value, cst.Call):
+            return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict)) else None
+        qualified = self.imports.resolve(value.func) or ""
+        name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
+        if name in WRAPPERS and len(value.args) == 1:
+            inner = self.role_of_value(value.args[0].value)
+            if inner is not None:
+                return inner
+        return self._role_of_constructor(qualified, name, dotted_name(value.func))
+
+    def _role_of_constructor(self, qualified: str, name: str, local: str | None = None) -> Role | None:
+        if name in NOT_OPTIMIZERS or ARGUMENT_PARSERS.fullmatch(name):
+            return Role.OTHER
+        if name in SCALERS:
+            return Role.SCALER
+        if _is_optimizer_constructor(qualified, name):
+            return Role.OPTIMIZER
+        if name.endswith("Loss") or (name in self.classes and self._inherits(name, ("Loss",))):
+            return Role.LOSS_FN
+        if name in self.classes:
+            return Role.MODEL if self._inherits(name, tuple(MODEL_BASES)) else None
+        if _is_model_constructor(qualified, name):
+            return Role.MODEL
+        if self.project_bases is not None and local is not None and name[:1].isupper():
+            bases = self.project_bases(local)
+            if any(base.endswith("Loss") for base in bases):
+                return Role.LOSS_FN
+            if any(base in MODEL_BASES for base in bases):
+                return Role.MODEL  # Ex) from treelstm.model import SimilarityTreeLSTM (an nn.Module)
+        return None
+
+    def _inherits(self, class_name: str, suffixes: tuple[str, ...], depth: int = 0) -> bool:
+        cls = self.classes.get(class_name)
+        if cls is None or depth > 8:
+            return False
+        for base in cls.bases:
+            base_name = last_name(base.value) or ""
+            if base_name.endswith(suffixes) or (
+                base_name != class_name and self._inherits(base_name, suffixes, depth + 1)
+            ):
+                return True
+        return False
+
+    def constructors(self, node: cst.BaseExpression) -> list[cst.Call]:
+        """The calls that built the object `node`'s symbol holds anywhere in the module."""
+        key = dotted_name(node)
+        built = [constructor_of(value) for value in self.values.get(key, [])] if key else []
+        return [call for call in built if call is not None]
+
+    def is_model_class(self, cls: cst.ClassDef) -> bool:
+        """True for a class of this module that subclasses nn.Module (directly or not)."""
+        return self._inherits(cls.name.value, tuple(MODEL_BASES))
+
+    def is_optimizer(self, node: cst.BaseExpression) -> bool:
+        """True when `node` holds an optimizer."""
+        return self.role(node) is Role.OPTIMIZER
+
+    def is_scaler(self, node: cst.BaseExpression) -> bool:
+        """True when `node` holds a GradScaler."""
+        return self.role(node) is Role.SCALER
+
+
+def _is_optimizer_constructor(qualified: str, name: str) -> bool:
+    if qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified and "swa_utils" not in qualified:
+        return name[:1].isupper()
+    if name in KNOWN_OPTIMIZERS or name.endswith("Optimizer"):
+        return True
+    lowered = name.lower()
+    return ("optimizer" in lowered or "optimiser" in lowered) and not lowered.endswith(("step", "zero_grad"))
+
+
+def _is_model_constructor(qualified: str, name: str) -> bool:
+    if qualified.startswith(("torch.nn.", "nn.")) and name[:1].isupper():
+        return name not in NON_MODEL_NN
+    if qualified.startswith(("torchvision.models.", "timm.")) or name == "create_model":
+        return True
+    if name == "from_pretrained":
+        owner = qualified.rsplit(".", 2)[-2] if qualified.count(".") else ""
+        return "Model" in owner or "For" in owner
+    return False
+
+
+def _role_from_name(name: str) -> Role | None:
+    if OPTIMIZER_NAME.fullmatch(name):
+        return Role.OPTIMIZER
+    if SCALER_NAME.fullmatch(name):
+        return Role.SCALER
+    if LOSS_NAME.fullmatch(name):
+        return Role.LOSS_FN
+    if MODEL_NAME.fullmatch(name):
+        return Role.MODEL
+    return None
+
+
+def constructor_of(value: cst.BaseExpression) -> cst.Call | None:
+    """The call that built the object `value` evaluates to, seen through `.to(device)` and wrappers."""
+    value = _unwrap_passthrough(value)
+    while isinstance(value, cst.Call) and last_name(value.func) in WRAPPERS and len(value.args) == 1:
+        value = _unwrap_passthrough(value.args[0].value)
+    return value if isinstance(value, cst.Call) else None
+
+
+def _lightning_optimizers(value: cst.BaseExpression) -> bool:
+    """`self.optimizers()`: Lightning hands back the optimizer (or the list of them) it configured."""
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "optimizers"
+        and isinstance(value.func.value, cst.Name)
+        and value.func.value.value == "self"
+    )
+
+
+def _unwrap_passthrough(value: cst.BaseExpression) -> cst.BaseExpression:
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in MODULE_PASSTHROUGH
+    ):
+        value = value.func.value
+    return value
+
+
+def _unwrap_prepare(value: cst.BaseExpression) -> cst.BaseExpression:
+    # `model, opt = accelerator.prepare(model, opt)` hands back its arguments in order.
+    if isinstance(value, cst.Call) and last_name(value.func) in ("prepare", "setup", "initialize"):
+        return cst.Tuple([cst.Element(arg.value) for arg in value.args if arg.keyword is None])
+    return value
+
+
+def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return [element.value for element in value.elements]
+    return []

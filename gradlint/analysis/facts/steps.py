@@ -1,0 +1,889 @@
+"""Gradient events (backward, step, clear, clip, unscale) and the training steps they form.
+
+Events are gathered per scope in evaluation order. A call to a function or method of
+the same module is replaced by that function's own events, so a `zero_grad()` inside
+`self._step(batch)` counts for the loop that calls it. Events a helper runs only when
+an optional argument is given (`if opt is not None: loss.backward()`) are left out of
+the calls that do not give it: `loss_batch(model, loss_fn, xb, yb)` evaluates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+import libcst as cst
+
+from gradlint.analysis.facts.origins import Binding, Origins
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
+from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.syntax.tree import descendants
+
+MAX_INLINE_DEPTH = 4
+JUMPS = (cst.Return, cst.Raise)
+# opt.zero_grad(), and helpers of other libraries named for it: pyro's zero_grads(params).
+CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_grad", "clear_grads"})
+# torch.nn.utils and Accelerate spell it clip_grad_*, Lightning and Fabric clip_gradients.
+CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients"})
+# In-place tensor methods that apply an update: `p.sub_(lr * p.grad)`, `p.data.add_(p.grad, alpha=-lr)`.
+UPDATING_METHODS = frozenset({"sub_", "add_", "copy_", "addcdiv_", "addcmul_", "lerp_"})
+
+
+class Kind(Enum):
+    """What a gradient event does."""
+
+    BACKWARD = "backward"
+    AUTOGRAD_GRAD = "autograd.grad"
+    STEP = "step"
+    CLEAR = "clear"
+    CLIP = "clip"
+    UNSCALE = "unscale"
+    SCALE = "scale"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One gradient event.
+
+    `node` is the call or statement itself; `site` is where it happens in the scope
+    that was analysed (the helper call when the event comes from a helper). `value` is
+    the loss of a backward, or the optimizer a step/clear/unscale acts on. An event of a
+    function in another module of the project has the call as `node` and `site`, and
+    that function's name as `via`.
+    """
+
+    kind: Kind
+    node: cst.CSTNode
+    site: cst.CSTNode
+    loops: tuple[Loop, ...]
+    ifs: tuple[cst.CSTNode, ...]
+    no_grad: bool
+    value: cst.BaseExpression | None = None
+    via_scaler: bool = False
+    retain_graph: bool = False
+    via: str | None = None  # the project function (in another module) the event happens in
+    repeats: bool = False  # it runs in a loop of that function
+    by_hand: bool = False  # a STEP that updates a tensor in place from its own gradient, not `optimizer.step()`
+
+    @property
+    def direct(self) -> bool:
+        """Whether the event is written where it happens, not reached through a call."""
+        return self.node is self.site and self.via is None
+
+    @property
+    def target(self) -> str | None:
+        """The dotted name of `value`, if it is a plain name."""
+        return dotted_name(self.value) if self.value is not None else None
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """A loop or function that backpropagates and steps an optimizer: one training step."""
+
+    node: Loop | cst.FunctionDef
+    scope: Scope
+    events: tuple[Event, ...]
+
+    def of_kind(self, *kinds: Kind) -> list[Event]:
+        """The events of the given kinds, in order."""
+        return [event for event in self.events if event.kind in kinds]
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+# The names under which backward-like calls take their first argument by keyword:
+# torch.autograd.backward(tensors=), autograd.grad(outputs=), scaler.scale(outputs=),
+# accelerator/DeepSpeed/manual_backward(loss=), fabric.backward(tensor=).
+FIRST_ARGUMENT_KEYWORDS = ("tensors", "outputs", "loss", "tensor")
+
+
+def _clears(value: cst.BaseExpression) -> bool:
+    """Whether a value assigned to `.grad` clears it: None, or zeros (`p.grad = Variable(g.new().zero_())` too)."""
+    if isinstance(value, cst.Call) and last_name(value.func) == "Variable" and value.args:
+        value = value.args[0].value  # the pre-0.4 wrapper
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    return last_name(value.func if isinstance(value, cst.Call) else value) in ("zeros_like", "zeros", "zero_")
+
+
+def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
+    """The first positional argument of `call`, or the one passed by its usual keyword."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if positional:
+        return positional[0]
+    for name in FIRST_ARGUMENT_KEYWORDS:
+        value = _keyword(call, name)
+        if value is not None:
+            return value
+    return None
+
+
+def _is_true(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+class Returned(Protocol):
+    """What a project function of another module returns, as its summary says (`project.summaries`)."""
+
+    @property
+    def returns_grad(self) -> bool:
+        """Always a graph-carrying value."""
+
+    @property
+    def returns_grad_if_args(self) -> bool:
+        """A graph-carrying value when an argument carries a graph."""
+
+    @property
+    def elements(self) -> tuple[tuple[bool, bool], ...] | None:
+        """(always, if arguments do) per element of a returned tuple."""
+
+
+class Project(Protocol):
+    """What the events of one module need of the whole program: the model of the layer above
+    (`project.program.ModuleProgram`) is handed in, so this layer never imports it."""
+
+    def returns(self, call: cst.Call, context: Context, events: EventIndex) -> Returned | None: ...
+
+    def call_events(
+        self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
+    ) -> list[Event] | None: ...
+
+
+class EventIndex:
+    """Classifies calls into events and gathers them per scope, loop and training step."""
+
+    def __init__(self, collected: Collected, roles: Roles, program: Project | None = None) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.program = program
+        self._origins: Origins | None = None
+        self._gradient_scopes: dict[Scope, bool] = {}
+        self.imports: ImportMap = collected.imports
+        self.functions = collected.functions
+        self._scope_items = self._group_by_scope()
+        self._scope_events: dict[Scope, tuple[Event, ...]] = {}
+        self._in_progress: set[Scope] = set()
+        self._truncated = 0  # how many times inlining stopped at MAX_INLINE_DEPTH
+        self.called: set[cst.FunctionDef] = set()
+        self._top_functions = {
+            function.name.value: function
+            for function, scope in collected.def_scopes.items()
+            if isinstance(scope, cst.Module) and function not in collected.owners  # a method is not a bare name
+        }
+        self._methods = self._index_methods()
+        self._nested: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
+        self._views: dict[cst.Call, cst.Call] = {}
+        self._classes: dict[str, set[str]] = {}  # possible_classes, by receiver name
+        self._only_class: dict[str, str | None] = {}  # the one class every binding of a name builds
+        for function in reversed(self.functions):  # the first definition of a name wins
+            scope = collected.def_scopes[function]
+            if isinstance(scope, cst.FunctionDef):
+                self._nested[(scope, function.name.value)] = function
+
+    def _group_by_scope(self) -> dict[Scope, list[cst.CSTNode]]:
+        grouped: dict[Scope, list[cst.CSTNode]] = {}
+        items: list[cst.CSTNode] = [*self.collected.calls, *self.collected.statements]
+        items.sort(key=self.collected.order.__getitem__)
+        for item in items:
+            grouped.setdefault(self.collected.contexts[item].scope, []).append(item)
+        return grouped
+
+    def _index_methods(self) -> dict[tuple[cst.ClassDef, str], cst.FunctionDef]:
+        return {(owner, function.name.value): function for function, owner in self.collected.owners.items()}
+
+    def context(self, node: cst.CSTNode) -> Context:
+        """The Context recorded for a call or statement."""
+        return self.collected.contexts[node]
+
+    def resolve_helper(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function or method a call runs, if it can be known."""
+        return self._resolve_callee(call.func, self.context(call))
+
+    def resolve_view(self, view: cst.Call, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function or method that `call` runs, as its `call_view` writes it."""
+        return self._resolve_callee(view.func, self.context(call))
+
+    def resolve_instance_method(self, call: cst.Call, at: cst.Call | None = None) -> cst.FunctionDef | None:
+        """The method of a same-module class that `obj.method(...)` runs, when `obj` is built from that class.
+
+        `at`: the call as written, when `call` is its view (`call_view`)."""
+        name = self.instance_class(call, at)
+        owner = self.roles.classes.get(name or "")
+        if owner is None or name in self.roles.redefined or not isinstance(call.func, cst.Attribute):
+            return None
+        return self.method_of(owner, call.func.attr.value)
+
+    @property
+    def origins(self) -> Origins:
+        """Which assignments of a name reach a statement (shared with the rest of the analysis)."""
+        if self._origins is None:
+            self._origins = Origins(self.collected)
+        return self._origins
+
+    def instance_class(self, call: cst.Call, at: cst.Call | None = None) -> str | None:
+        """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class.
+
+        The assignments of `obj` that reach the call (`at`, when `call` is its view) decide; an attribute
+        bound in another method (`self.weighting`) is judged by every assignment of it in the module.
+        """
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        key = dotted_name(func.value)
+        if key is None or not self.possible_classes(call):
+            return None  # never built by a call of a named class in this module: nothing to look up
+        if key not in self._only_class:  # by name, like `possible_classes`
+            self._only_class[key] = _one_class(self.roles.values.get(key, []))
+        if self._only_class[key] is not None:
+            return self._only_class[key]  # every binding builds that class: so does any that reaches the call
+        built = self._reaching_values(key, at or call)
+        return _one_class(built) if built is not None else None
+
+    def call_view(self, call: cst.Call) -> cst.Call:
+        """What `call` runs, written out, when its callee is a name bound to a partial application or a method:
+        `step(batch)` after `step = functools.partial(train_step, model, opt)` is `train_step(model, opt, batch)`;
+        after `step = trainer.train_step`, it is `trainer.train_step(batch)`. Else `call` itself."""
+        func = call.func
+        if not isinstance(func, cst.Name) or func.value not in self.roles.values:
+            return call
+        if call not in self._views:
+            reaching = self._reaching_values(func.value, call)
+            value = reaching[0] if reaching is not None and len(reaching) == 1 else None
+            self._views[call] = call
+            if isinstance(value, (cst.Name, cst.Attribute)) and dotted_name(value) is not None:
+                self._views[call] = call.with_changes(func=value)
+            elif isinstance(value, cst.Call) and self._is_partial(value):
+                self._views[call] = _applied(value, call)
+        return self._views[call]
+
+    def _is_partial(self, call: cst.Call) -> bool:
+        return self.imports.resolve(call.func) == "functools.partial"
+
+    def possible_classes(self, call: cst.Call) -> set[str]:
+        """Every class `obj` is built from anywhere in the module, for `obj.method(...)` (an over-approximation)."""
+        func = call.func
+        key = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+        if key is None:
+            return set()
+        if key not in self._classes:  # by name: a module may bind `model` in every one of 200 functions
+            built = self.roles.values.get(key, [])
+            self._classes[key] = {
+                name for value in built if isinstance(value, cst.Call) and (name := dotted_name(value.func))
+            }
+        return set(self._classes[key])
+
+    def _reaching_values(self, key: str, call: cst.Call) -> list[cst.BaseExpression] | None:
+        statement = self.collected.statement_of.get(call)
+        if statement is None:
+            return None
+        definitions = self.origins.definitions(key, statement)
+        if not definitions or any(definition.binding is not Binding.ASSIGN for definition in definitions):
+            return None
+        return [definition.value for definition in definitions]
+
+    def method_of(
+        self, owner: cst.ClassDef, name: str, seen: frozenset[cst.ClassDef] = frozenset()
+    ) -> cst.FunctionDef | None:
+        """The method `name` of a class of this module, looked up through its bases of this module."""
+        found = self._methods.get((owner, name))
+        if found is not None or owner in seen:
+            return found
+        for base in owner.bases:
+            base_name = dotted_name(base.value)
+            base_class = self.roles.classes.get(base_name or "")
+            if base_class is not None and base_name not in self.roles.redefined:
+                found = self.method_of(base_class, name, seen | {owner})
+                if found is not None:
+                    return found
+        return None
+
+    def worth_following(self, context: Context) -> bool:
+        """Whether a call here may matter to a rule through another module's effects: it runs in a loop, in
+        no_grad, or in a scope with gradient events of its own (a step whose backward or step is in a helper)."""
+        if context.loops or context.no_grad:
+            return True
+        scope = context.scope
+        if scope not in self._gradient_scopes:
+            self._gradient_scopes[scope] = any(self.classify(item) is not None for item in self.items_of(scope))
+        return self._gradient_scopes[scope]
+
+    def _on_instance(self, call: cst.Call) -> bool:
+        """Whether `call` is a method call on an instance of a class the module shows (`weighting.backward(loss)`).
+
+        `self.manual_backward(loss)`, `self.zero_grad()` and an optimizer's `step()` keep the meaning
+        their names give them, even where the project defines them (linting Lightning or PyTorch itself).
+        """
+        func = call.func
+        if not isinstance(func, cst.Attribute) or self.instance_class(call) is None:
+            return False
+        return self.roles.role(func.value) not in (Role.OPTIMIZER, Role.SCALER)  # `opt.step()` is a step
+
+    def outside(self, call: cst.Call) -> Returned | None:
+        """The summary of the function in another module of the project that `call` runs, if known."""
+        if self.program is None or call not in self.collected.contexts or not self.worth_following(self.context(call)):
+            return None
+        return self.program.returns(call, self.context(call), self)
+
+    def items_of(self, scope: Scope) -> list[cst.CSTNode]:
+        """The calls and simple statements written in `scope` itself, in evaluation order."""
+        return self._scope_items.get(scope, [])
+
+    def resolve_name(self, name: cst.Name, context: Context) -> cst.FunctionDef | None:
+        """The function of this module a bare name refers to at `context`."""
+        return self._resolve_callee(name, context)
+
+    def _resolve_callee(self, func: cst.BaseExpression, context: Context) -> cst.FunctionDef | None:
+        if isinstance(func, cst.Name):
+            nested = self._nested_function(func.value, context.scope)
+            return nested or self._top_functions.get(func.value)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in ("self", "cls")
+            and context.class_def is not None
+        ):
+            return self.method_of(context.class_def, func.attr.value)
+        return None
+
+    def _nested_function(self, name: str, scope: Scope) -> cst.FunctionDef | None:
+        return self._nested.get((scope, name)) if isinstance(scope, cst.FunctionDef) else None
+
+    def classify(self, node: cst.CSTNode) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        """(kind, value, via_scaler, retain_graph) for an event node, or None for other nodes.
+
+        A tensor updated in place from its own gradient (`w -= lr * w.grad`, `p.data.add_(p.grad, alpha=-lr)`)
+        is stepped as an optimizer steps it: a STEP whose value is the tensor.
+        """
+        if isinstance(node, cst.AugAssign):
+            updated = _updated_from_own_gradient(node.target, node.value)
+            return (Kind.STEP, updated, False, False) if updated is not None else None
+        if isinstance(node, cst.Assign):
+            # `w = w - lr * w.grad` is no step: it binds a new tensor, whose gradient starts empty (GL003's concern).
+            return self._classify_grad_assignment(node)
+        if not isinstance(node, cst.Call):
+            return None
+        name = last_name(node.func)
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        if name in ("backward", "manual_backward"):
+            return self._classify_backward(node, receiver)
+        if name == "grad" and (self.imports.resolve(node.func) or "").endswith("autograd.grad"):
+            return Kind.AUTOGRAD_GRAD, _first_arg(node), False, _is_true(_keyword(node, "retain_graph"))
+        if receiver is None and name in CLEARING_NAMES:
+            return Kind.CLEAR, None, False, False  # Ex) from pyro.infer.util import zero_grads
+        if receiver is None and name not in CLIP_FUNCTIONS:
+            # Ex) from torch.nn.utils import clip_grad_norm_ as clip_norm
+            imported = (self.imports.resolve(node.func) or "").rsplit(".", 1)[-1]
+            return (Kind.CLIP, None, False, False) if imported in CLIP_FUNCTIONS else None
+        return self._classify_method(node, name, receiver)
+
+    def _classify_backward(
+        self, call: cst.Call, receiver: cst.BaseExpression | None
+    ) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        resolved = self.imports.resolve(call.func) or ""
+        if resolved.startswith("torch.distributed.autograd"):
+            return None  # gradients live in a distributed autograd context, no clearing needed
+        retain = _is_true(_keyword(call, "retain_graph"))
+        is_function = resolved.endswith("autograd.backward") or receiver is None
+        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver, call):
+            return Kind.BACKWARD, _first_arg(call), False, retain
+        if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale":
+            scaled = _first_arg(receiver)
+            if scaled is not None:
+                return Kind.BACKWARD, scaled, True, retain
+        return Kind.BACKWARD, receiver, False, retain
+
+    def _classify_method(
+        self, call: cst.Call, name: str | None, receiver: cst.BaseExpression | None
+    ) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        if name in CLIP_FUNCTIONS:
+            return Kind.CLIP, receiver, False, False
+        if receiver is None:
+            return None
+        if name in CLEARING_NAMES:
+            return Kind.CLEAR, receiver, False, False
+        if name == "zero_" and last_name(_strip_data(receiver)) == "grad":
+            return Kind.CLEAR, None, False, False
+        if name in UPDATING_METHODS and (updated := _updated_from_own_gradient(receiver, call)) is not None:
+            return Kind.STEP, updated, False, False
+        if name == "step":
+            if self.roles.is_optimizer(receiver):
+                return Kind.STEP, receiver, False, False
+            if self.roles.is_scaler(receiver) and call.args:
+                return Kind.STEP, call.args[0].value, True, False
+            return None
+        if name == "unscale_" and call.args:
+            return Kind.UNSCALE, call.args[0].value, True, False
+        if name == "scale" and self.roles.is_scaler(receiver):
+            return Kind.SCALE, _first_arg(call), True, False
+        return None
+
+    def _classify_grad_assignment(self, node: cst.Assign) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
+        # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)  /  p.grad = Variable(g.new().resize_as_(g).zero_())
+        for target in node.targets:
+            if (
+                last_name(target.target) == "grad"
+                and isinstance(target.target, cst.Attribute)
+                and _clears(node.value)
+                and not self._copied_otherwise(node, dotted_name(target.target))
+            ):
+                return Kind.CLEAR, None, False, False
+        return None
+
+    def _copied_otherwise(self, node: cst.Assign, key: str | None) -> bool:
+        """Whether the `if` around a `p.grad = None` gives `p.grad` a value on its other path: a copy of another
+        tensor's gradient state (`if src.grad is None: p.grad = None else: p.grad = src.grad.clone()`), no clear."""
+        context = self.collected.contexts.get(node)
+        ifs = context.ifs if context is not None else ()
+        branch = next((outer for outer in reversed(ifs) if isinstance(outer, cst.If)), None)
+        if branch is None or key is None:
+            return False
+        return any(
+            isinstance(other, cst.Assign)
+            and other is not node
+            and not _clears(other.value)
+            and any(dotted_name(target.target) == key for target in other.targets)
+            for other in descendants(branch)
+        )
+
+    def scope_events(self, scope: Scope, depth: int = 0) -> tuple[Event, ...]:
+        """Every event of a scope in order, with same-module helpers inlined."""
+        if scope in self._scope_events:
+            return self._scope_events[scope]
+        if depth > MAX_INLINE_DEPTH:
+            self._truncated += 1
+            return ()
+        if scope in self._in_progress:
+            return ()
+        self._in_progress.add(scope)
+        truncated = self._truncated
+        events: list[Event] = []
+        for item in self._scope_items.get(scope, []):
+            events.extend(self._events_at(item, depth))
+        self._in_progress.discard(scope)
+        result = tuple(events)
+        if self._truncated == truncated:
+            # A scope first reached deep in a chain of calls (main -> run -> fit -> step) misses what lies past
+            # the depth limit there; it is kept only when complete, and computed again from nearer.
+            self._scope_events[scope] = result
+        return result
+
+    def _events_at(self, item: cst.CSTNode, depth: int) -> list[Event]:
+        context = self.context(item)
+        events: list[Event] = []
+        if isinstance(item, cst.Call):
+            # A function passed by name (an LBFGS closure) runs as part of the call; one given to
+            # `functools.partial` runs where the partial is called (`call_view`).
+            for arg in () if self._is_partial(item) else item.args:
+                passed = self._resolve_callee(arg.value, context) if isinstance(arg.value, cst.Name) else None
+                if passed is not None:
+                    self.called.add(passed)
+                    events.extend(self._inline(passed, item, context, depth))
+            view = self.call_view(item)
+            helper = self.resolve_view(view, item) or self.resolve_instance_method(view, item)
+            if helper is not None:
+                # A same-module `backward()`/`step()` wrapper counts through its body only.
+                self.called.add(helper)
+                return [*events, *self._inline(helper, item, context, depth, view)]
+            if (
+                self.program is not None
+                and (self.classify(item) is None or self._on_instance(item))
+                and self.worth_following(context)
+            ):
+                # A known call (`loss.backward()`, `torch.autograd.grad`) is what it says, even in the
+                # project that defines it; a method of the project's own class is what its body does.
+                outside = self.program.call_events(item, context, self, view)
+                if outside is not None:
+                    return [*events, *outside]
+        classified = self.classify(item)
+        if classified is not None:
+            kind, value, via_scaler, retain = classified
+            by_hand = kind is Kind.STEP and updates_by_hand(item)
+            events.append(
+                Event(
+                    kind,
+                    item,
+                    item,
+                    context.loops,
+                    context.ifs,
+                    context.no_grad,
+                    value,
+                    via_scaler,
+                    retain,
+                    by_hand=by_hand,
+                )
+            )
+        return events
+
+    def _inline(
+        self, helper: cst.FunctionDef, site: cst.CSTNode, context: Context, depth: int, view: cst.Call | None = None
+    ) -> list[Event]:
+        """The helper's events at `site`, its parameters bound to what the call (as `view` writes it) passes."""
+        given = view or site
+        off = switched_off_at(helper, given) if isinstance(given, cst.Call) else {}
+        exits = self.exits_without(helper, off)
+        return [
+            Event(
+                event.kind,
+                event.node,
+                site,
+                context.loops + event.loops,
+                context.ifs + event.ifs,
+                context.no_grad or event.no_grad,
+                rebound(event.value, helper, given),
+                event.via_scaler,
+                event.retain_graph,
+                event.via,
+                event.repeats,
+                event.by_hand,
+            )
+            for event in self.scope_events(helper, depth + 1)
+            if not (
+                off and self.context(event.node).scope is helper and self.needs_any(event.node, event.ifs, off, exits)
+            )
+        ]
+
+    def exits_without(self, helper: cst.FunctionDef, off: Mapping[str, bool | Given]) -> list[int]:
+        """Where `helper` returns early for a switched-off parameter (`if opt is None: return`)."""
+        if not off or not isinstance(helper.body, cst.IndentedBlock):
+            return []
+        exits = []
+        for statement in helper.body.body:
+            if not isinstance(statement, cst.If) or statement.orelse is not None:
+                continue
+            last = statement.body.body[-1] if statement.body.body else None
+            if isinstance(last, cst.SimpleStatementLine):
+                last = last.body[-1]
+            if runs_when_off(statement.test, off) is True and isinstance(last, JUMPS):
+                exits.append(self.collected.order[last])
+        return exits
+
+    def needs_any(
+        self, node: cst.CSTNode, ifs: tuple[cst.CSTNode, ...], off: Mapping[str, bool | Given], exits: list[int]
+    ) -> bool:
+        """Whether `node`, inside `ifs`, runs only when one of the switched-`off` parameters is given."""
+        if any(self.collected.order[node] > exit_order for exit_order in exits):
+            return True
+        for branch in ifs:
+            if not isinstance(branch, cst.If):
+                continue
+            runs = runs_when_off(branch.test, off)
+            if runs is not None and self.collected.in_body(branch, node) != runs:
+                return True
+        return False
+
+    def call_toward(self, scope: Scope, node: cst.CSTNode) -> cst.CSTNode | None:
+        """`node` if it is written in `scope`, else the call in `scope` of the helper that runs it."""
+        if self.context(node).scope is scope:
+            return node
+        for item in self._scope_items.get(scope, []):
+            if isinstance(item, cst.Call) and any(event.node is node for event in self._events_at(item, 0)):
+                return item
+        return None
+
+    def region_events(self, region: Loop | cst.FunctionDef) -> tuple[Event, ...]:
+        """The events of a loop or function, helpers inlined."""
+        if isinstance(region, cst.FunctionDef):
+            return self.scope_events(region)
+        return tuple(event for event in self.scope_events(self.context(region).scope) if region in event.loops)
+
+    def training_steps(self) -> list[TrainingStep]:
+        """Innermost loops and root functions that both backpropagate and step."""
+        scopes: list[Scope] = [self.collected.module, *self.functions]
+        all_events = {scope: self.scope_events(scope) for scope in scopes}
+        loop_events: dict[Loop, tuple[Event, ...]] = {}
+        for scope, events in all_events.items():
+            for loop in self.collected.loops:
+                if self.context(loop).scope is scope:
+                    loop_events[loop] = tuple(event for event in events if loop in event.loops)
+        qualifying = {loop for loop, events in loop_events.items() if _backprops_and_steps(events)}
+        steps = []
+        for loop in self.collected.loops:
+            if loop in qualifying and not any(
+                inner in qualifying
+                for event in loop_events[loop]
+                for inner in event.loops[event.loops.index(loop) + 1 :]
+            ):
+                steps.append(TrainingStep(loop, self.context(loop).scope, loop_events[loop]))
+        for function in self.functions:
+            loose = tuple(event for event in all_events[function] if not event.loops and not event.repeats)
+            if function not in self.called and _backprops_and_steps(loose):
+                steps.append(TrainingStep(function, function, all_events[function]))
+        steps.sort(key=lambda step: self.collected.order[step.node])
+        return steps
+
+
+def rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
+    """A helper's event value in the caller's terms: `def update(optimizer)` called as `update(opt_d)` steps `opt_d`.
+
+    Only a parameter given a plain name or attribute is rebound (or an item of a spread one, `args[1]`, that a
+    wrapper passes on); anything else keeps the helper's expression.
+    """
+    if value is None or not isinstance(site, cst.Call):
+        return value
+    dotted = dotted_name(value)
+    if dotted is None:
+        given = _spread_arguments(helper, site).get(_spread_key(value) or "")
+        return given if given is not None and _passable(given) else value
+    head, *rest = dotted.split(".")
+    func = site.func
+    if head in ("self", "cls"):  # `pi.train_net()` runs `self.optimizer.step()` on `pi.optimizer`
+        on_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == head
+        given = func.value if isinstance(func, cst.Attribute) and not on_self else None
+    else:
+        given = arguments_of(helper, site).get(head)
+    if given is None or not _passable(given):
+        return value
+    for name in rest:
+        given = cst.Attribute(value=given, attr=cst.Name(name))
+    return given
+
+
+def _passable(value: cst.BaseExpression) -> bool:
+    """A name, an attribute path, or an item of a spread parameter (`args[0]`): what rebinding carries."""
+    return dotted_name(value) is not None or _spread_key(value) is not None
+
+
+def _spread_key(value: cst.BaseExpression) -> str | None:
+    """`args[0]` or `kwargs["opt"]` as the key `_spread_arguments` uses, for an item of a name."""
+    if not (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) and len(value.slice) == 1):
+        return None
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index) or not isinstance(index.value, (cst.Integer, cst.SimpleString)):
+        return None
+    item = index.value.value if isinstance(index.value, cst.Integer) else index.value.evaluated_value
+    return f"{value.value.value}[{item}]" if isinstance(item, str) else None
+
+
+def _positional_params(helper: cst.FunctionDef, call: cst.Call) -> list[cst.Param]:
+    positional = list(helper.params.posonly_params) + list(helper.params.params)
+    if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        positional = positional[1:]
+    return positional
+
+
+def arguments_of(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """The helper's parameters mapped to what `call` passes them (by position, then keyword).
+
+    A spread argument (`*args`, `**kwargs`) fills the parameters after the positional ones with its items:
+    `inner(model, *args)` gives inner's second parameter `args[0]`.
+    """
+    positional = _positional_params(helper, call)
+    given: dict[str, cst.BaseExpression] = {}
+    index = 0
+    for arg in call.args:
+        if arg.keyword is not None or arg.star == "**":
+            continue
+        if arg.star == "*":
+            for offset, param in enumerate(positional[index:]):
+                given.setdefault(param.name.value, _item(arg.value, cst.Integer(str(offset))))
+            break
+        if index < len(positional):
+            given[positional[index].name.value] = arg.value
+        index += 1
+    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    for arg in call.args:
+        if arg.star == "**":
+            for param in (*positional, *helper.params.kwonly_params):
+                given.setdefault(param.name.value, _item(arg.value, cst.SimpleString(f'"{param.name.value}"')))
+    return given
+
+
+def _spread_arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """What `call` passes to the helper's `*args` and `**kwargs`, as `args[0]`, `kwargs[opt]`, ..."""
+    found: dict[str, cst.BaseExpression] = {}
+    params = helper.params
+    if isinstance(params.star_arg, cst.Param):
+        extra = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        for index, value in enumerate(extra[len(_positional_params(helper, call)) :]):
+            found[f"{params.star_arg.name.value}[{index}]"] = value
+    if isinstance(params.star_kwarg, cst.Param):
+        named = {param.name.value for param in (*_positional_params(helper, call), *params.kwonly_params)}
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value not in named:
+                found[f"{params.star_kwarg.name.value}[{arg.keyword.value}]"] = arg.value
+    return found
+
+
+def _applied(partial: cst.Call, call: cst.Call) -> cst.Call:
+    """`call` of what `functools.partial(f, *given, **keywords)` returns, as the call of `f` it makes."""
+    if not partial.args or partial.args[0].keyword is not None or partial.args[0].star:
+        return call
+    given = partial.args[1:]
+    named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    positional = [arg for arg in (*given, *call.args) if arg.keyword is None and arg.star != "**"]
+    keywords = [arg for arg in (*given, *call.args) if arg.keyword is not None or arg.star == "**"]
+    keywords = [arg for arg in keywords if arg in call.args or arg.keyword is None or arg.keyword.value not in named]
+    try:
+        return cst.Call(func=partial.args[0].value, args=[*positional, *keywords])
+    except cst.CSTValidationError:
+        return call  # Ex) a keyword before a spread in the partial: Python's own order rules
+
+
+def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
+    return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
+
+
+def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool | Given]:
+    """Parameters of `helper` that are None or False at `call` (name -> whether the value is None), or a
+    string or number literal (`Given`).
+
+    A parameter is switched off when `call` omits it and its default is `None` or `False`,
+    or passes the literal `None` or `False` for it; a literal given or defaulted the same way
+    decides tests such as `if mode == "train":`.
+    """
+    if any(arg.star for arg in call.args):
+        return {}  # *args or **kwargs: anything may be passed
+    positional = _positional_params(helper, call)
+    given = arguments_of(helper, call)
+    off: dict[str, bool | Given] = {}
+    for param in [*positional, *helper.params.kwonly_params]:
+        value = given.get(param.name.value, param.default)
+        if isinstance(value, cst.Name) and value.value in ("None", "False"):
+            off[param.name.value] = value.value == "None"
+        elif isinstance(value, (cst.SimpleString, cst.Integer)):
+            literal = _literal(value)
+            if literal is not None:
+                off[param.name.value] = Given(literal)
+    return off
+
+
+@dataclass(frozen=True)
+class Given:
+    """A string or integer literal a call passes for a parameter (`run_epoch(loader, "val")`)."""
+
+    value: str | int
+
+
+def _literal(node: cst.BaseExpression) -> str | int | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    return None
+
+
+def _decide_literal(test: cst.Comparison, given: Given) -> bool | None:
+    """Whether `p == "x"`, `p != "x"`, `p in ("x", "y")` or `p not in (...)` holds for the literal `given`."""
+    if len(test.comparisons) != 1:
+        return None
+    operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(comparator, (cst.Tuple, cst.List, cst.Set)):
+        options = [_literal(element.value) for element in comparator.elements]
+    else:
+        options = [_literal(comparator)]
+    if None in options:
+        return None
+    if isinstance(operator, (cst.Equal, cst.In)):
+        return given.value in options
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return given.value not in options
+    return None
+
+
+def runs_when_off(test: cst.BaseExpression, off: Mapping[str, bool | Given]) -> bool | None:
+    """Whether the body of `if test` runs when the parameters `off` are switched off (None: not decided).
+
+    `if p` and `if not p` are decided for None and False (and for a literal, by its truth);
+    `if p is None` and `if p is not None` only for None (False is not None); `p == "x"`,
+    `p != "x"`, `p in (...)` for a literal. `a and b` does not run when either side does not;
+    `a or b` runs when either side does.
+    """
+    if isinstance(test, cst.BooleanOperation):
+        sides = (runs_when_off(test.left, off), runs_when_off(test.right, off))
+        decisive = not isinstance(test.operator, cst.And)
+        if decisive in sides:
+            return decisive
+        return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
+    if isinstance(test, cst.Name) and test.value in off:
+        known = off[test.value]
+        return bool(known.value) if isinstance(known, Given) else False
+    if (
+        isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and isinstance(test.expression, cst.Name)
+        and test.expression.value in off
+    ):
+        known = off[test.expression.value]
+        return not known.value if isinstance(known, Given) else True
+    if not isinstance(test, cst.Comparison) or not isinstance(test.left, cst.Name):
+        return None
+    compared = off.get(test.left.value)
+    if isinstance(compared, Given):
+        return _decide_literal(test, compared)
+    if (
+        compared is True
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        operator = test.comparisons[0].operator
+        if isinstance(operator, cst.IsNot):
+            return False
+        if isinstance(operator, cst.Is):
+            return True
+    return None
+
+
+def _backprops_and_steps(events: tuple[Event, ...]) -> bool:
+    kinds = {event.kind for event in events}
+    return Kind.BACKWARD in kinds and Kind.STEP in kinds
+
+
+def updates_by_hand(node: cst.CSTNode) -> bool:
+    """Whether a node `classify` finds a STEP is a tensor updated in place from its own gradient (`w -= lr *
+    w.grad`, `p.data.add_(p.grad, alpha=-lr)`), not an optimizer's or a scaler's `step()`."""
+    return isinstance(node, cst.AugAssign) or (isinstance(node, cst.Call) and last_name(node.func) in UPDATING_METHODS)
+
+
+def _updated_from_own_gradient(target: cst.BaseExpression, change: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor `target` names (seen through `.data`) when `change` reads that tensor's own gradient
+    (`.grad`, `.grad.data`): a gradient step on it. Not a change of the gradient itself (`p.grad.add_(p)`)."""
+    updated = _strip_data(target)
+    key = dotted_name(updated)
+    if key is None or last_name(updated) == "grad":
+        return None
+    own_gradient = (
+        node
+        for node in descendants(change)
+        if isinstance(node, cst.Attribute) and node.attr.value == "grad" and dotted_name(_strip_data(node.value)) == key
+    )
+    return updated if next(own_gradient, None) is not None else None
+
+
+def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(node, cst.Attribute) and node.attr.value == "data":
+        node = node.value
+    return node
+
+
+def _one_class(built: Sequence[cst.BaseExpression]) -> str | None:
+    """The class every value of `built` is an instance of (`Trainer(...)`), when they agree on one."""
+    classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
+    if len(classes) != 1 or None in classes:
+        return None  # `obj` holds instances of one class wherever it is bound
+    (name,) = classes
+    return name
+
+
+def _is_wrapper(receiver: cst.BaseExpression | None, call: cst.Call) -> bool:
+    """Whether `receiver.backward(...)` backpropagates its argument rather than `receiver` itself."""
+    # accelerator.backward(loss), fabric.backward(loss), engine.backward(loss), amp handles
+    if receiver is None:
+        return False
+    name = last_name(receiver) or ""
+    if name in ("accelerator", "fabric", "engine", "model_engine"):
+        return True
+    # weighting.backward(losses), self.balancer.backward(loss): a helper object given the loss.
+    # A tensor's own `backward(gradient)` is given a gradient, not a loss.
+    first = _first_arg(call)
+    given = (last_name(first) or "") if first is not None else ""
+    return "loss" in given.lower() and "loss" not in name.lower()

@@ -1,0 +1,367 @@
+"""Which values carry autograd history at a point of the program.
+
+A forward walk over each scope's statements tracks, per name or attribute, whether it
+holds a tensor with a graph (a model or criterion output, arithmetic on one, anything
+`.backward()` is called on) or provably not (`.item()`, `.detach()`, `float(...)`,
+values computed under no_grad). Unknown values count as graph-free: when in doubt,
+rules stay quiet.
+
+Unpacking a tuple keeps each element's own fact: `loss, acc = step(batch)` with a
+same-module `step` that returns `loss, accuracy(...)` leaves `acc` graph-free. The
+extra results of a forward pass (`loss, count = model.forward_loss(batch)`) are
+unknown, unless the same call takes them back (a recurrent state, from the loop's last
+pass or kept on an object: `out, hidden = rnn(x, hidden)`) or the scope backpropagates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import libcst as cst
+
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.steps import EventIndex, Kind
+from gradlint.analysis.syntax.collect import Collected, Scope
+from gradlint.analysis.syntax.flow import ForwardWalk
+from gradlint.analysis.syntax.names import dotted_name, last_name, operand_names
+
+Env = Mapping[str, bool]
+
+# Methods whose result has no autograd history.
+DETACHING_METHODS = frozenset(
+    {
+        "item", "detach", "tolist", "numpy", "size", "dim", "numel", "nelement", "argmax", "argmin",
+        "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf", "isfinite", "any", "all", "nonzero",
+        "data_ptr", "element_size", "is_contiguous", "type", "long", "int", "bool", "byte", "short",
+        "sign", "round", "floor", "ceil", "trunc", "__len__", "stride", "get_device", "count_nonzero",
+    }
+)  # fmt: skip
+NON_GRAD_ATTRIBUTES = frozenset(
+    {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "ndim", "grad_fn", "is_cuda"}
+)
+NON_GRAD_BUILTINS = frozenset(
+    {
+        "float",
+        "int",
+        "bool",
+        "len",
+        "str",
+        "repr",
+        "print",
+        "isinstance",
+        "range",
+        "enumerate",
+        "zip",
+        "type",
+        "id",
+        "hash",
+    }
+)
+# torch functions whose result has no graph whatever their inputs.
+NON_GRAD_TORCH = frozenset(
+    {
+        "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
+        "randint", "randperm", "zeros_like", "ones_like", "empty_like", "full_like", "randn_like", "rand_like",
+        "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf", "isfinite", "is_tensor", "numel", "no_grad",
+        "manual_seed", "device", "sign", "round", "floor", "ceil", "trunc", "bucketize", "searchsorted",
+        "equal", "allclose", "count_nonzero", "unique", "save", "load", "from_numpy",
+    }
+)  # fmt: skip
+
+
+class GradValues:
+    """Answers whether an expression carries autograd history at a given statement."""
+
+    def __init__(self, collected: Collected, roles: Roles, events: EventIndex) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.events = events
+        self._env_at: dict[cst.CSTNode, Env] = {}
+        self._walked: set[Scope] = set()
+        self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
+        self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
+        self._backprop_keys: dict[Scope, frozenset[str]] = {}
+
+    def env_before(self, statement: cst.CSTNode) -> Env:
+        """What is known about names just before `statement` runs."""
+        scope = self._scope_of_statement(statement)
+        if scope not in self._walked:
+            self._walked.add(scope)
+            _Walker(self, scope, {}, recording=True).walk_scope(scope)
+        return self._env_at.get(statement, {})
+
+    def _scope_of_statement(self, statement: cst.CSTNode) -> Scope:
+        context = self.collected.contexts.get(statement)
+        return context.scope if context is not None else self.collected.module
+
+    def is_grad(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """True when `expression`, evaluated just before statement `at`, carries a graph."""
+        context = self.collected.contexts.get(at)
+        if context is not None and context.no_grad:
+            return False
+        return self.evaluate(expression, self.env_before(at), self._scope_of_statement(at))
+
+    def backprop_keys(self, scope: Scope) -> frozenset[str]:
+        """Names a backward in `scope` is called on (directly or through arithmetic)."""
+        if scope not in self._backprop_keys:
+            keys: set[str] = set()
+            for event in self.events.scope_events(scope):
+                if event.kind is Kind.BACKWARD and event.direct and event.value is not None:
+                    keys.update(operand_names(event.value, self.roles.imports.aliases))
+            self._backprop_keys[scope] = frozenset(keys)
+        return self._backprop_keys[scope]
+
+    def carried_state(self, key: str, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        """Whether `key`, an extra result of the forward pass `value` at `statement`, is a recurrent state: the same
+        call takes it back, either from the loop's last pass (`out, hidden = rnn(x, hidden)`) or kept on an object
+        across calls (`out, self.hidden = self.rnn(x, self.hidden)`). Fed only to other code, it is unknown."""
+        if not isinstance(value, cst.Call):
+            return False
+        aliases = self.roles.imports.aliases
+        if not any(key in operand_names(arg.value, aliases) for arg in value.args):
+            return False
+        return "." in key or any(d.node is statement for d in self.events.origins.definitions(key, statement))
+
+    def elements(self, node: cst.BaseExpression, count: int, env: Env, scope: Scope) -> list[bool | None] | None:
+        """The fact of each of `count` values unpacked from `node` (None: unknown), or None when not known apart.
+
+        A tuple written out, and a same-module helper whose every `return` writes one,
+        keep their elements apart; a forward pass's first result is its output and the
+        others are unknown unless the same call takes them back (a recurrent state) or
+        they are backpropagated.
+        """
+        if isinstance(node, (cst.Tuple, cst.List)):
+            if len(node.elements) != count or any(isinstance(e, cst.StarredElement) for e in node.elements):
+                return None
+            return [self.evaluate(element.value, env, scope) for element in node.elements]
+        if not isinstance(node, cst.Call):
+            return None
+        helper = self.events.resolve_helper(node) if node in self.collected.contexts else None
+        outside = self.events.outside(node) if helper is None else None
+        if helper is not None or outside is not None:
+            returned = self.returned_elements(helper) if helper is not None else outside.elements if outside else None
+            if returned is None or len(returned) != count:
+                return None
+            args_grad = any(self.evaluate(arg.value, env, scope) for arg in node.args)
+            return [always or (if_args and args_grad) for always, if_args in returned]
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in DETACHING_METHODS or not self._is_forward_call(func, method, scope):
+            return None
+        return [True] + [None] * (count - 1)
+
+    def evaluate(self, node: cst.BaseExpression, env: Env, scope: Scope) -> bool:
+        """Whether `node` carries a graph under `env` in `scope`."""
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return self._evaluate_symbol(node, env, scope)
+        if isinstance(node, cst.Subscript):
+            return self.evaluate(node.value, env, scope)
+        if isinstance(node, cst.Call):
+            return self._evaluate_call(node, env, scope)
+        if isinstance(node, cst.BinaryOperation):
+            return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, cst.Not) and self.evaluate(node.expression, env, scope)
+        if isinstance(node, cst.BooleanOperation):
+            return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
+        if isinstance(node, cst.IfExp):
+            return self.evaluate(node.body, env, scope) or self.evaluate(node.orelse, env, scope)
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+            return any(self.evaluate(element.value, env, scope) for element in node.elements)
+        if isinstance(node, cst.Dict):
+            return any(self.evaluate(element.value, env, scope) for element in node.elements)  # {"loss": loss}
+        return False
+
+    def _evaluate_symbol(self, node: cst.Name | cst.Attribute, env: Env, scope: Scope) -> bool:
+        key = dotted_name(node)
+        if key is not None and key in env:
+            return env[key]
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in NON_GRAD_ATTRIBUTES:
+                return False
+            if self.evaluate(node.value, env, scope):
+                return True  # outputs.loss, out.logits
+        return key is not None and key in self.backprop_keys(scope)
+
+    def _evaluate_call(self, call: cst.Call, env: Env, scope: Scope) -> bool:
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in DETACHING_METHODS:
+            return False
+        args_grad = any(self.evaluate(arg.value, env, scope) for arg in call.args)
+        if isinstance(func, cst.Attribute) and self.evaluate(func.value, env, scope):
+            return True  # a method of a grad tensor: out.mean(), loss.cpu(), out.view(-1)
+        helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+        if helper is not None:
+            always, if_args = self.returns_grad(helper)
+            return always or (if_args and args_grad)
+        qualified = self.roles.imports.resolve(func) or ""
+        name = last_name(func) or ""
+        if qualified.endswith("autograd.grad"):
+            return _creates_graph(call)  # the gradients have a graph of their own only with create_graph=True
+        if qualified.startswith("torch."):
+            return name not in NON_GRAD_TORCH and args_grad  # known, even where the project is PyTorch
+        if isinstance(func, cst.Name) and name in NON_GRAD_BUILTINS:
+            return False
+        if name in ("sum", "max", "min", "abs", "stack", "cat"):
+            return args_grad
+        outside = self.events.outside(call)
+        if outside is not None:
+            return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
+        return self._is_forward_call(func, method, scope)
+
+    def _is_forward_call(self, func: cst.BaseExpression, method: str | None, scope: Scope) -> bool:
+        # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
+        callee = func.value if method == "forward" and isinstance(func, cst.Attribute) else func
+        if isinstance(callee, cst.Name) and callee.value == "self":
+            owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
+            return owner is not None and self.roles.is_model_class(owner)
+        return self.roles.role(callee) in (Role.MODEL, Role.LOSS_FN)
+
+    def returns_grad(self, function: cst.FunctionDef) -> tuple[bool, bool]:
+        """(always, if_arguments_do): whether a same-module function returns a graph."""
+        if function in self._returns:
+            return self._returns[function]
+        self._returns[function] = (False, False)  # recursion guards
+        self._returned_elements[function] = None
+        always = self._walk_returns(function, {})
+        always_elements = always.returned_elements()
+        if always.returns_grad and always_elements is None:
+            self._returns[function] = (True, True)  # nothing more to learn from the arguments
+            return self._returns[function]
+        params = {param.name.value: True for param in function.params.params if param.name.value != "self"}
+        if_args = self._walk_returns(function, params)
+        self._returns[function] = (always.returns_grad, always.returns_grad or if_args.returns_grad)
+        if_args_elements = if_args.returned_elements()
+        if always_elements is not None and if_args_elements is not None:
+            self._returned_elements[function] = tuple(
+                (first, first or second) for first, second in zip(always_elements, if_args_elements, strict=True)
+            )
+        return self._returns[function]
+
+    def returned_elements(self, function: cst.FunctionDef) -> tuple[tuple[bool, bool], ...] | None:
+        """(always, if_arguments_do) per element, when every `return` of `function` writes a tuple of one length."""
+        self.returns_grad(function)
+        return self._returned_elements[function]
+
+    def _walk_returns(self, function: cst.FunctionDef, initial: dict[str, bool]) -> _Walker:
+        walker = _Walker(self, function, initial, recording=not initial)
+        walker.walk_scope(function)
+        if not initial:
+            self._walked.add(function)
+        return walker
+
+
+def _creates_graph(call: cst.Call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "create_graph":
+            return not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None"))
+    return False
+
+
+class _Walker(ForwardWalk[bool]):
+    """One forward pass over a scope, tracking which names hold a graph."""
+
+    def __init__(self, values: GradValues, scope: Scope, initial: dict[str, bool], recording: bool) -> None:
+        super().__init__()
+        self.values = values
+        self.scope = scope
+        self.env = dict(initial)
+        self.recording = recording
+        self.returns_grad = False
+        self.returned: list[tuple[bool, ...] | None] = []  # per `return`: its elements' facts, if a tuple
+
+    def returned_elements(self) -> tuple[bool, ...] | None:
+        """Each element's fact over every `return`, when all of them write a tuple of one length."""
+        if not self.returned or None in self.returned or len({len(r or ()) for r in self.returned}) != 1:
+            return None
+        return tuple(any(column) for column in zip(*(r for r in self.returned if r is not None), strict=True))
+
+    def record(self, statement: cst.CSTNode) -> None:
+        if self.recording:
+            self.values._env_at[statement] = self.env
+
+    def enter_iteration(self, loop: cst.For | cst.While) -> None:
+        if isinstance(loop, cst.For):
+            self.assign(loop.target, self.values.evaluate(loop.iter, self.env, self.scope))
+
+    def merge(self, first: Env, second: Env) -> dict[str, bool]:
+        merged = dict(first)
+        for key, value in second.items():
+            merged[key] = merged.get(key, False) or value
+        return merged
+
+    def apply(self, statement: cst.BaseSmallStatement) -> None:
+        context = self.values.collected.contexts.get(statement)
+        no_grad = context is not None and context.no_grad
+        if isinstance(statement, cst.Assign):
+            for target in statement.targets:
+                self._assign_value(target.target, statement.value, no_grad, statement)
+        elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+            self.assign(statement.target, not no_grad and self.values.evaluate(statement.value, self.env, self.scope))
+        elif isinstance(statement, cst.AugAssign):
+            key = dotted_name(statement.target)
+            if key is not None and not no_grad:
+                grad = self.env.get(key, False) or self.values.evaluate(statement.value, self.env, self.scope)
+                self.env = {**self.env, key: grad}
+        elif isinstance(statement, cst.Return) and statement.value is not None:
+            value = statement.value
+            self.returns_grad = self.returns_grad or (not no_grad and self.values.evaluate(value, self.env, self.scope))
+            written = isinstance(value, cst.Tuple) and not any(
+                isinstance(e, cst.StarredElement) for e in value.elements
+            )
+            elements = value.elements if isinstance(value, cst.Tuple) and written else None
+            self.returned.append(
+                None
+                if elements is None
+                else tuple(not no_grad and self.values.evaluate(e.value, self.env, self.scope) for e in elements)
+            )
+        elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            self._apply_inplace_call(statement.value)
+
+    def _apply_inplace_call(self, call: cst.Call) -> None:
+        # x.detach_() and x.requires_grad_(False) cut a name's history in place.
+        if not isinstance(call.func, cst.Attribute):
+            return
+        key = dotted_name(call.func.value)
+        if (
+            key is not None
+            and call.func.attr.value in ("detach_", "requires_grad_")
+            and (call.func.attr.value == "detach_" or (call.args and last_name(call.args[0].value) == "False"))
+        ):
+            self.env = {**self.env, key: False}
+
+    def _assign_value(
+        self, target: cst.BaseExpression, value: cst.BaseExpression, no_grad: bool, statement: cst.Assign
+    ) -> None:
+        if not no_grad and isinstance(target, (cst.Tuple, cst.List)):
+            elements = self.values.elements(value, len(target.elements), self.env, self.scope)
+            if elements is not None and not any(isinstance(e, cst.StarredElement) for e in target.elements):
+                for element, grad in zip(target.elements, elements, strict=True):
+                    self._assign_element(element.value, grad, value, statement)
+                return
+        self.assign(target, not no_grad and self.values.evaluate(value, self.env, self.scope))
+
+    def _assign_element(
+        self, target: cst.BaseExpression, grad: bool | None, value: cst.BaseExpression, statement: cst.Assign
+    ) -> None:
+        if grad is not None:
+            self.assign(target, grad)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._assign_element(element.value, None, value, statement)
+        elif (key := dotted_name(target)) is not None:
+            if self.values.carried_state(key, statement, value) or key in self.values.backprop_keys(self.scope):
+                self.env = {**self.env, key: True}
+            else:
+                self.env = {k: v for k, v in self.env.items() if k != key}  # unknown: nothing assumed
+
+    def assign(self, target: cst.BaseExpression, grad: bool) -> None:
+        """Bind `target` (a name, attribute or tuple of them) to a value with or without a graph."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self.assign(element.value, grad)
+            return
+        key = dotted_name(target)
+        if key is not None:
+            self.env = {**self.env, key: grad}

@@ -1,0 +1,3 @@
+"""The project model: summaries of functions (what they do, per port) and the whole program
+that binds calls into other modules to them. Imports `syntax` and `facts`.
+"""

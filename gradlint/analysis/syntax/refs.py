@@ -1,0 +1,104 @@
+"""What a call names when its callee is not a function of the same module: a reference to resolve later.
+
+A module knows the names it imports, its classes and their bases, but not what other
+modules define. A call it cannot resolve alone becomes a `Ref` (`gradlint.index`): plain
+data that the whole-program model (`gradlint.analysis.project.program`) resolves against the
+other modules' outlines. Building refs never reads another file.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import libcst as cst
+
+from gradlint.analysis.syntax.collect import Context
+from gradlint.analysis.syntax.names import ImportMap, dotted_name
+from gradlint.index import Ref
+
+BUILTINS = frozenset(dir(builtins))  # `len(x)` in a module with star imports is the builtin
+# Ports for the literals that switch a parameter off: `train_step(model, batch, optimizer=None)`.
+OFF_NONE = "=None"
+OFF_FALSE = "=False"
+# The deepest parameter path a summary keeps (`opt`, `self.optimizer`, `trainer.opt.inner`).
+MAX_PORT_PARTS = 3
+
+
+def call_ref(
+    func: cst.BaseExpression, context: Context, imports: ImportMap, instance_class: str | None = None
+) -> Ref | None:
+    """The reference a call's `func` makes to code outside this module, or None.
+
+    `instance_class` is the dotted name of the class the receiver of `obj.method(...)`
+    was built from, when the module shows it (one constructor wherever `obj` is bound).
+    """
+    if isinstance(func, cst.Call) or (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call)):
+        return _super_ref(func, context)
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        if context.class_def is not None:
+            return Ref("class", context.class_def.name.value, method=func.attr.value)
+        return None
+    if instance_class is not None and isinstance(func, cst.Attribute):
+        target = name_ref(instance_class, imports, local_classes=True)
+        return Ref(target.kind, target.name, target.level, func.attr.value) if target is not None else None
+    dotted = dotted_name(func)
+    return name_ref(dotted, imports) if dotted is not None else None
+
+
+def name_ref(dotted: str, imports: ImportMap, *, local_classes: bool = False) -> Ref | None:
+    """The reference the dotted name `dotted` makes through this module's imports."""
+    head, _, rest = dotted.partition(".")
+    if head in imports.relative:
+        level, target = imports.relative[head]
+        return Ref("relative", f"{target}.{rest}" if rest else target, level)
+    if head in imports.aliases:
+        base = imports.aliases[head]
+        return Ref("absolute", f"{base}.{rest}" if rest else base)
+    if local_classes:
+        return Ref("class", dotted)
+    if not rest and imports.stars and head not in BUILTINS:
+        return Ref("star", head)  # Ex) from .layers import * ... conv_block(x)
+    return None
+
+
+def _super_ref(func: cst.BaseExpression, context: Context) -> Ref | None:
+    # super().training_step(batch): the method of a base class.
+    if (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Call)
+        and isinstance(func.value.func, cst.Name)
+        and func.value.func.value == "super"
+        and context.class_def is not None
+    ):
+        return Ref("super", context.class_def.name.value, method=func.attr.value)
+    return None
+
+
+def port(expression: cst.BaseExpression | None, params: frozenset[str]) -> str | None:
+    """The parameter path `expression` reads (`opt`, `self.optimizer`), or None for anything else."""
+    if expression is None:
+        return None
+    if isinstance(expression, cst.Name) and expression.value in ("None", "False"):
+        return OFF_NONE if expression.value == "None" else OFF_FALSE
+    dotted = dotted_name(expression)
+    if dotted is None:
+        return None
+    parts = dotted.split(".")
+    if parts[0] not in params or len(parts) > MAX_PORT_PARTS:
+        return None
+    return dotted
+
+
+def positional_params(function: cst.FunctionDef) -> tuple[str, ...]:
+    """The names of the parameters a call can fill by position, `self` included."""
+    return tuple(param.name.value for param in (*function.params.posonly_params, *function.params.params))
+
+
+def all_params(function: cst.FunctionDef) -> frozenset[str]:
+    """Every parameter name of `function`, star parameters included."""
+    params = function.params
+    names = [param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.append(star.name.value)
+    return frozenset(names)

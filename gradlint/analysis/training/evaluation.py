@@ -1,0 +1,409 @@
+"""Evaluation code: the regions of a module that run a model without wanting its gradients.
+
+Two kinds of region are evaluation code:
+
+- from `model.eval()` (or `model.train(False)`) to the next `model.train()` of the same
+  scope, in source order;
+- the whole body of a function that iterates a loader (`for x, y in val_loader`) and
+  never backpropagates, steps, clears or clips (same-module helpers included), is not
+  named like training or gradient code (`train_epoch`, `fgsm_attack`, `saliency`),
+  is not a method of an `nn.Module` and does not return a graph.
+
+A forward inside `with torch.profiler.profile(...)` or `record_function(...)` is left
+alone: a profile measures the code as written, grad mode included (and a compiled
+model recompiles under a new grad mode).
+
+A region opened by a switch that runs only for some value of a parameter of its function
+(`if is_train: model.train()` / `else: model.eval()`, `if mode == "val": model.eval()`)
+is judged for that value: what runs only for another one (`if is_train: loss.backward()`)
+is not part of it, so one function that trains or validates by a flag evaluates with
+autograd recording when its validation forward is not under no_grad.
+
+A region that backpropagates, steps, calls `torch.autograd.grad`, asks for gradients
+(`x.requires_grad_()`, `x.requires_grad = True`, `torch.enable_grad()`) or switches the
+grad mode by a plain call (`torch.set_grad_enabled(False)`) wants, or may want,
+gradients: it is not evaluation code.
+
+The code to run under `no_grad` for a finding is the smallest part of its region that
+holds the forward and nothing else that might need gradients: the innermost loop around
+the forward when that loop lies wholly after `model.eval()` (and before `model.train()`),
+else the statements that follow `model.eval()` in its block up to the next
+`model.train()`. Neither may hold a gradient event, a request for gradients, or a call
+of unknown effect named like training (`agent.update(...)`, `train_step(...)`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradlint.analysis.facts.callers import CallerGradMode
+from gradlint.analysis.facts.forwards import ForwardCalls
+from gradlint.analysis.facts.leaves import parameter_names
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
+from gradlint.analysis.facts.values import GradValues
+from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
+from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.tree import descendants
+
+TRAINING_NAME = re.compile(
+    r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|loss|attack|advers|perturb|saliency|grad|explain"
+    r"|attribut|fgsm|pgd|finetune|distill).*"
+)
+LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_)?(dl|ds|set|split)s?")
+ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "islice", "progress_bar", "trange"})
+GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "requires_grad_"})
+# Calls of unknown effect that may train: never moved under no_grad by a fix.
+MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|grad|attack|advers|perturb).*")
+# `env.step(action)` advances a simulator: evaluation loops of RL agents call it.
+ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|sim)")
+END = 1 << 62
+MAX_CALLER_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Region:
+    """Part of a scope, by traversal order, that evaluates a model."""
+
+    scope: Scope
+    start: int
+    end: int
+    over_loader: bool  # only loops over a loader count (a function found by its shape)
+    phase: tuple[tuple[str, bool | Given], ...] = ()  # the parameter values under which the switch runs
+
+    @property
+    def off(self) -> dict[str, bool | Given]:
+        """The phase as `runs_when_off` reads it: parameter -> None (True), False (False) or a literal."""
+        return dict(self.phase)
+
+
+class Evaluation:
+    """Finds model calls in evaluation code that run with autograd recording."""
+
+    def __init__(
+        self,
+        collected: Collected,
+        roles: Roles,
+        events: EventIndex,
+        values: GradValues,
+        callers: CallerGradMode,
+    ) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.events = events
+        self.values = values
+        self.callers = callers
+        self.forwards = ForwardCalls(collected, roles, events)
+        self._exits: dict[Region, list[int]] = {}
+
+    def graph_building_forwards(self) -> list[cst.Call]:
+        """The first model call of each evaluation loop that runs outside no_grad, in source order."""
+        first: dict[Loop, cst.Call] = {}
+        # Only a forward inside a loop is reported, and a function's loops are its own; a function
+        # found by its shape reports only forwards in loops over a loader.
+        looping: dict[Scope, bool] = {}
+        for loop in self.collected.loops:
+            scope = self.collected.contexts[loop].scope
+            looping[scope] = looping.get(scope, False) or iterates_loader(loop)
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        for scope in (scope for scope in scopes if scope in looping):
+            for region in self.regions(scope, by_shape=looping[scope]):
+                if self._wants_gradients(region):
+                    continue
+                for call in self._forwards_in(region):
+                    loop = self.collected.contexts[call].loops[-1]
+                    if loop not in first or self.collected.order[call] < self.collected.order[first[loop]]:
+                        first[loop] = call
+        return sorted(first.values(), key=self.collected.order.__getitem__)
+
+    def no_grad_target(self, call: cst.Call) -> tuple[cst.CSTNode, ...]:
+        """The consecutive statements to run under no_grad for a reported forward; () when none is safe."""
+        context = self.collected.contexts[call]
+        order = self.collected.order
+        region = next((r for r in self.regions(context.scope) if r.start < order[call] < r.end), None)
+        if region is None or not context.loops:
+            return ()
+        loop = context.loops[-1]
+        inside = self.collected.statements_in_loop(loop)
+        if order[loop] > region.start and all(order[s] < region.end for s in inside):
+            return (
+                (loop,) if self._only_evaluates(context.scope, [*inside, *self.collected.calls_in_loop(loop)]) else ()
+            )
+        if region.over_loader:
+            return ()
+        return self._block_after_switch(region, call)
+
+    def _block_after_switch(self, region: Region, forward: cst.Call) -> tuple[cst.CSTNode, ...]:
+        """The statements after `model.eval()` in its block, before `model.train()`, if they hold `forward`."""
+        order = self.collected.order
+        calls = self.collected.calls_in_scope(region.scope)
+        switch = next(call for call in calls if order[call] == region.start)
+        block = _block_holding(region.scope, self.collected.statement_of[switch])
+        if block is None:
+            return ()
+        statement = self.collected.statement_of[switch]
+        index = next(
+            i for i, line in enumerate(block) if isinstance(line, cst.SimpleStatementLine) and statement in line.body
+        )
+        chosen: list[cst.BaseStatement] = []
+        inside: set[cst.CSTNode] = set()
+        for item in block[index + 1 :]:
+            below = set(descendants(item))
+            if any(order.get(node, 0) >= region.end for node in below):
+                break  # the next model.train()
+            chosen.append(item)
+            inside |= below
+        held = [node for node in (*self.collected.statements_in_scope(region.scope), *calls) if node in inside]
+        if forward not in inside or not self._only_evaluates(region.scope, held):
+            return ()
+        return tuple(chosen)
+
+    def _only_evaluates(self, scope: Scope, nodes: Sequence[cst.CSTNode]) -> bool:
+        """Whether these statements and calls of `scope` hold nothing that might need gradients."""
+        inside = set(nodes)
+        if any(event.site in inside for event in self.events.scope_events(scope)):
+            return False
+        for node in nodes:
+            if isinstance(node, cst.Call):
+                if _asks_for_gradients(node):
+                    return False
+                if self._might_train(node):
+                    return False
+            elif _enables_requires_grad(node):  # type: ignore[arg-type]  # statements are small statements here
+                return False
+        return True
+
+    def _might_train(self, call: cst.Call) -> bool:
+        """A call of unknown effect named like training (not the model's forward, not an environment's step)."""
+        if not MIGHT_TRAIN.fullmatch(last_name(call.func) or "") or self.forwards.is_forward(call):
+            return False
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        return receiver is None or not ENVIRONMENT.fullmatch(last_name(receiver) or "")
+
+    def regions(self, scope: Scope, by_shape: bool = True) -> list[Region]:
+        """The evaluation regions of one scope (`by_shape`: also a whole function that evaluates by its shape)."""
+        calls = self.collected.calls_in_scope(scope)
+        order = self.collected.order
+        found = []
+        for call in calls:
+            if self._switches_model(call, to_eval=True):
+                # A switch back that runs only in another phase (the `else: model.train()`) ends nothing.
+                phased = Region(scope, order[call], END, over_loader=False, phase=self._phase_of(call))
+                ends = [
+                    order[other] for other in calls if self._switches_model(other) and self._in_region(phased, other)
+                ]
+                found.append(Region(scope, order[call], min(ends, default=END), over_loader=False, phase=phased.phase))
+        if not found and by_shape and isinstance(scope, cst.FunctionDef) and self._evaluates_by_shape(scope):
+            found.append(Region(scope, 0, END, over_loader=True))
+        return found
+
+    def _switches_model(self, call: cst.Call, to_eval: bool = False) -> bool:
+        # Ex) model.eval()  /  model.train(False)  /  self.train()
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("eval", "train"):
+            return False
+        if dotted_name(func.value) is None or not self._is_model(func.value, call):
+            return False  # Net(...).eval() builds a module in eval mode; it switches no model
+        if func.attr.value == "eval":
+            return to_eval and not call.args  # eval(...) with arguments is not nn.Module.eval()
+        first = call.args[0].value if call.args else None
+        turns_off = isinstance(first, cst.Name) and first.value == "False"
+        return turns_off == to_eval
+
+    def _is_model(self, node: cst.BaseExpression, call: cst.Call) -> bool:
+        if isinstance(node, cst.Name) and node.value == "self":
+            owner = self.collected.contexts[call].class_def
+            return owner is not None and self.roles.is_model_class(owner)
+        return self.roles.role(node) is Role.MODEL
+
+    def _evaluates_by_shape(self, function: cst.FunctionDef) -> bool:
+        if TRAINING_NAME.fullmatch(function.name.value):
+            return False
+        owner = self.collected.owners.get(function)
+        if owner is not None and self.roles.is_model_class(owner):
+            return False  # a module's own methods (forward over its layers) are not evaluation code
+        if self.events.scope_events(function) or self._handles_optimizer(function):
+            return False
+        return not self.values.returns_grad(function)[0]
+
+    def _handles_optimizer(self, function: cst.FunctionDef) -> bool:
+        # Ex) def run(model, loader, optimizer): ... backprop(loss, optimizer) in another module
+        params = function.params
+        names: list[cst.BaseExpression] = [
+            param.name for param in (*params.posonly_params, *params.params, *params.kwonly_params)
+        ]
+        for call in self.collected.calls_in_scope(function):
+            names.extend(arg.value for arg in call.args)
+        return any(self.roles.role(name) in (Role.OPTIMIZER, Role.SCALER) for name in names)
+
+    def _wants_gradients(self, region: Region) -> bool:
+        for event in self.events.scope_events(region.scope):
+            if self._in_region(region, event.site):
+                return True
+        for call in self.collected.calls_in_scope(region.scope):
+            if self._in_region(region, call) and _asks_for_gradients(call):
+                return True
+        return any(
+            _enables_requires_grad(statement)
+            for statement in self.collected.statements_in_scope(region.scope)
+            if self._in_region(region, statement)
+        )
+
+    def _in_region(self, region: Region, node: cst.CSTNode) -> bool:
+        """Whether `node` of the region's scope lies in it and runs in its phase."""
+        if not region.start < self.collected.order[node] < region.end:
+            return False
+        if not region.phase or not isinstance(region.scope, cst.FunctionDef):
+            return True
+        if region not in self._exits:
+            self._exits[region] = self.events.exits_without(region.scope, region.off)
+        return not self.events.needs_any(node, self.collected.contexts[node].ifs, region.off, self._exits[region])
+
+    def _phase_of(self, switch: cst.Call) -> tuple[tuple[str, bool | Given], ...]:
+        """The parameter values for which `switch`, inside `if`s testing them, runs; () when unconditional or unknown.
+
+        Ex) `if is_train: ... else: model.eval()` runs for `is_train=False`.
+        """
+        context = self.collected.contexts[switch]
+        function = context.function
+        branches = [branch for branch in context.ifs if isinstance(branch, cst.If)]
+        if function is None or context.scope is not function or not branches:
+            return ()
+        params = parameter_names(function)
+        phase: dict[str, bool | Given] = {}
+        for branch in branches:
+            phase.update(_value_entering(branch.test, self.collected.in_body(branch, switch), params))
+        if not phase:
+            return ()
+        for branch in branches:
+            runs = runs_when_off(branch.test, phase)
+            if runs is not None and runs != self.collected.in_body(branch, switch):
+                return ()
+        sites = self.callers.call_sites(function)
+        if sites and not any(_may_pass(function, site, phase) for site in sites):
+            return ()  # every call of the module trains: `run(model, loader, opt, train=True)`
+        return tuple(sorted(phase.items(), key=lambda item: item[0]))
+
+    def _forwards_in(self, region: Region) -> list[cst.Call]:
+        found = []
+        for call in self.collected.calls_in_scope(region.scope):
+            context = self.collected.contexts[call]
+            if not context.loops or context.profiled:
+                continue  # a profiled forward is measured as written, grad mode included
+            if not self._in_region(region, call):
+                continue
+            if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
+                continue
+            if self._records(call) and self.forwards.is_forward(call):
+                found.append(call)
+        return found
+
+    def _records(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether `node` may run with grad recording: not under no_grad, nor only called from there."""
+        context = self.collected.contexts[node]
+        if context.grad_mode is not GradMode.ENABLED:
+            return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
+        sites = self.callers.call_sites(context.function) if context.function is not None else []
+        return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
+
+
+def _may_pass(function: cst.FunctionDef, site: cst.Call, phase: dict[str, bool | Given]) -> bool:
+    """Whether `site` may call `function` with the parameter values of `phase` (a literal elsewhere rules it out)."""
+    given = switched_off_at(function, site)
+    arguments = arguments_of(function, site)
+    for name, value in phase.items():
+        if name in given:
+            if isinstance(value, Given) != isinstance(given[name], Given) or (
+                isinstance(value, Given) and value != given[name]
+            ):
+                return False
+        elif isinstance(arguments.get(name), (cst.Name, cst.SimpleString, cst.Integer)):
+            argument = arguments[name]
+            if not isinstance(argument, cst.Name) or argument.value == "True":
+                return False  # True, or another literal than the phase's
+    return True
+
+
+def _value_entering(test: cst.BaseExpression, in_body: bool, params: set[str]) -> dict[str, bool | Given]:
+    """The value of a parameter under which the body (or else arm) of `if test` runs, when `test` shows one."""
+    # Ex) else arm of `if is_train:` / body of `if not is_train:` -> is_train is False
+    if isinstance(test, cst.Name) and test.value in params and not in_body:
+        return {test.value: False}
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and in_body:
+        negated = test.expression
+        return {negated.value: False} if isinstance(negated, cst.Name) and negated.value in params else {}
+    # Ex) body of `if mode == "val":`
+    if not in_body or not isinstance(test, cst.Comparison) or not isinstance(test.left, cst.Name):
+        return {}
+    if test.left.value not in params or len(test.comparisons) != 1:
+        return {}
+    operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.Equal) and isinstance(comparator, (cst.SimpleString, cst.Integer)):
+        literal = comparator.evaluated_value
+        return {test.left.value: Given(literal)} if isinstance(literal, (str, int)) else {}
+    return {}
+
+
+def _asks_for_gradients(call: cst.Call) -> bool:
+    name = last_name(call.func)
+    if name not in GRAD_SWITCHES and not (dotted_name(call.func) or "").endswith("autograd.grad"):
+        return False
+    if name == "requires_grad_" and call.args:
+        value = call.args[0].value
+        return not (isinstance(value, cst.Name) and value.value == "False")
+    return True
+
+
+def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
+    # Ex) images.requires_grad = True
+    if not isinstance(statement, cst.Assign):
+        return False
+    value = statement.value
+    return (
+        isinstance(value, cst.Name)
+        and value.value == "True"
+        and any(last_name(target.target) == "requires_grad" for target in statement.targets)
+    )
+
+
+def iterates_loader(loop: Loop) -> bool:
+    """Whether `loop` draws batches from a loader or dataset (`for x, y in tqdm(train_loader)`)."""
+    if not isinstance(loop, cst.For):
+        return False
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITERATION_WRAPPERS and iterable.args:
+        iterable = iterable.args[0].value
+    name = last_name(iterable)
+    return name is not None and LOADER_NAME.fullmatch(name) is not None
+
+
+def _block_holding(root: cst.CSTNode, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
+    """The statement list (a block's body) one of whose lines holds `statement` directly."""
+    for block in _blocks(root):
+        if any(isinstance(line, cst.SimpleStatementLine) and statement in line.body for line in block):
+            return block
+        for line in block:
+            if not isinstance(line, cst.SimpleStatementLine) and not isinstance(line, cst.FunctionDef | cst.ClassDef):
+                found = _block_holding(line, statement)
+                if found is not None:
+                    return found
+    return None
+
+
+def _blocks(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
+    """The statement lists directly under a module or compound statement (bodies, else, except, finally)."""
+    if isinstance(node, cst.Module):
+        return [node.body]
+    parts = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
+    parts += list(getattr(node, "handlers", ()))
+    blocks = []
+    for part in parts:
+        if isinstance(part, cst.IndentedBlock):
+            blocks.append(part.body)
+        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+            blocks.extend(_blocks(part))
+    return blocks

@@ -1,0 +1,204 @@
+"""Optimizer steps that change weights a later backward still needs.
+
+`optimizer.step()` updates its parameters in place. A loss computed through a model
+before that model's optimizer steps saved the model's weights for its backward: if the
+loss is backpropagated after the step (a GAN that steps the discriminator between
+computing the generator's loss and backpropagating it), backward raises "one of the
+variables needed for gradient computation has been modified by an inplace operation"
+(PyTorch 1.5 and later). The step may be written in the loop or run by a helper of
+this module or another (the events of the training step carry it either way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradlint.analysis.facts.branches import Branches
+from gradlint.analysis.facts.origins import OUTSIDE, Origins
+from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.steps import Event, Kind, TrainingStep
+from gradlint.analysis.facts.values import DETACHING_METHODS
+from gradlint.analysis.syntax.collect import Collected, Scope
+from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.tree import children
+
+MAX_DEPTH = 6
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+@dataclass(frozen=True)
+class StaleWeights:
+    """A backward through `model`, whose optimizer stepped after the loss was computed."""
+
+    backward: Event
+    step: Event
+    model: str
+    computed: cst.CSTNode  # the statement that computed the loss through the model
+
+
+class Updates:
+    """Which models an optimizer updates, and which steps change weights a later backward needs."""
+
+    def __init__(self, collected: Collected, roles: Roles, origins: Origins, branches: Branches) -> None:
+        self.collected = collected
+        self.roles = roles
+        self.origins = origins
+        self.branches = branches
+        self._updated: dict[str, frozenset[str]] = {}
+
+    def builds_optimizers(self) -> bool:
+        """Whether the module builds an optimizer (`Adam(D.parameters())`), which a step can be traced to."""
+        return any(self.roles.role_of_value(call) is Role.OPTIMIZER for call in self.collected.calls)
+
+    def updated_models(self, optimizer: cst.BaseExpression) -> frozenset[str]:
+        """The models whose parameters `optimizer` was built on: `Adam(D.parameters())`, param groups, sums."""
+        # By name: every optimizer of the module called `optimizer` has the same constructors.
+        key = dotted_name(optimizer)
+        if key is not None and key in self._updated:
+            return self._updated[key]
+        models: set[str] = set()
+        for constructor in self.roles.constructors(optimizer):
+            models |= _parameter_owners(constructor)
+        if key is not None:
+            self._updated[key] = frozenset(models)
+        return frozenset(models)
+
+    def updated_models_in(self, optimizer: cst.BaseExpression, scope: Scope) -> frozenset[str]:
+        """Like `updated_models`, from the constructors written in `scope` only, and through the names their
+        arguments read there: `params = chain(unet.parameters(), text_encoder.parameters()); AdamW(params)`."""
+        models: set[str] = set()
+        for constructor in self.roles.constructors(optimizer):
+            if self.collected.contexts[constructor].scope is not scope:
+                continue
+            models |= _parameter_owners(constructor)
+            keys = {key for arg in constructor.args if (key := dotted_name(arg.value)) is not None}
+            for statement in self.collected.statements_in_scope(scope) if keys else ():
+                if isinstance(statement, cst.Assign) and any(dotted_name(t.target) in keys for t in statement.targets):
+                    models |= _parameter_owners(statement.value)
+        return frozenset(models)
+
+    def stale(self, step: TrainingStep) -> list[StaleWeights]:
+        """Backwards of `step` whose loss was computed through a model an optimizer stepped since."""
+        found = []
+        order = self.collected.order
+        for index, backward in enumerate(step.events):
+            if backward.kind is not Kind.BACKWARD or backward.value is None:
+                continue
+            statement = self.collected.statement_of.get(backward.site) if isinstance(backward.site, cst.Call) else None
+            if statement is None:
+                continue
+            computed = self._computing_statements(backward.value, statement, step)
+            if not computed:
+                continue
+            for stepped in step.events[:index]:
+                if stepped.kind is not Kind.STEP or stepped.value is None or self.branches.exclusive(stepped, backward):
+                    continue
+                moment = order[stepped.site]
+                before = [node for node in computed if order[node] < moment]
+                if len(before) != len(computed):
+                    continue  # the loss is computed again after the step
+                models = self.updated_models(stepped.value)
+                for node in before:
+                    called = models & self._models_called(node, step, 0, set())
+                    if called:
+                        found.append(StaleWeights(backward, stepped, sorted(called)[0], node))
+                        break
+                else:
+                    continue
+                break
+        return found
+
+    def _computing_statements(
+        self, value: cst.BaseExpression, at: cst.CSTNode, step: TrainingStep
+    ) -> list[cst.CSTNode]:
+        """The statements inside `step`'s loop that assign the names `value` reads, as reaching `at`."""
+        key = dotted_name(value)
+        if key is None:
+            return []
+        definitions = self.origins.definitions(key, at)
+        if not definitions or OUTSIDE in definitions:
+            return []
+        nodes = [definition.node for definition in definitions]
+        if not all(self._inside(node, step) for node in nodes):
+            return []
+        return nodes
+
+    def _inside(self, node: cst.CSTNode, step: TrainingStep) -> bool:
+        context = self.collected.contexts.get(node)
+        if context is None:
+            return False
+        return step.node in context.loops if not isinstance(step.node, cst.FunctionDef) else context.scope is step.node
+
+    def _models_called(
+        self, statement: cst.CSTNode, step: TrainingStep, depth: int, seen: set[cst.CSTNode]
+    ) -> set[str]:
+        """The models called (directly or through the names it reads, within the step) to compute `statement`."""
+        if depth > MAX_DEPTH or statement in seen:
+            return set()
+        seen.add(statement)
+        called = set()
+        for call in self.collected.calls_in_statement(statement):
+            func = call.func
+            callee = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+            name = dotted_name(callee)
+            if name is not None and last_name(callee) not in PARAMETER_METHODS:
+                called.add(name)
+        for node in _names_in(statement):
+            key = dotted_name(node)
+            if key is None:
+                continue
+            for definition in self.origins.definitions(key, statement):
+                if definition is not OUTSIDE and self._inside(definition.node, step):
+                    called |= self._models_called(definition.node, step, depth + 1, seen)
+        return called
+
+
+def _parameter_owners(node: cst.CSTNode) -> set[str]:
+    """The models whose `.parameters()` (or `named_parameters()`) `node` calls."""
+    owners = set()
+    for call in _calls_in(node):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_METHODS:
+            model = dotted_name(func.value)
+            if model is not None:
+                owners.add(model)
+    return owners
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found = []
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        pending.extend(children(current))
+    return found
+
+
+def _names_in(statement: cst.CSTNode) -> list[cst.Name | cst.Attribute]:
+    """The names a statement reads on its right-hand side (for an assignment, its value)."""
+    value = statement.value if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)) else statement
+    if value is None:
+        return []
+    found: list[cst.Name | cst.Attribute] = []
+    pending: list[cst.CSTNode] = [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)) and dotted_name(current) is not None:
+            found.append(current)
+            continue
+        if isinstance(current, cst.Call):
+            func = current.func
+            if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+                continue  # `fake.detach()`: no graph back through what computed `fake`
+            pending.extend(arg.value for arg in current.args)
+            if isinstance(func, cst.Attribute):
+                pending.append(func.value)
+            continue
+        pending.extend(children(current))
+    return found
