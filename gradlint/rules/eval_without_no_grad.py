@@ -28,11 +28,14 @@ class EvalWithoutNoGrad(Rule):
     by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, the
     backward under `if is_train:`) is evaluation code for the flag's validation value,
     unless every call of the module passes the training one. The first model call of
-    each loop is reported.
-    Loops inside `no_grad`/`inference_mode` blocks or decorated functions, Lightning's
-    `validation_step`/`test_step`/`predict_step`, training code, and code that wants
-    gradients with respect to the inputs (saliency maps, adversarial examples:
-    `x.requires_grad_()`, `torch.autograd.grad`) are fine and not reported.
+    each loop is reported; so is a call of a helper of the same module whose body runs
+    the model with autograd recording (`total += self._eval_step(batch)`), at the call,
+    unless the helper wants gradients itself.
+    Loops inside `no_grad`/`inference_mode` blocks or decorated functions,
+    Lightning's `validation_step`/`test_step`/`predict_step` (of a LightningModule),
+    training code, and code that wants gradients with respect to the inputs
+    (saliency maps, adversarial examples: `x.requires_grad_()`,
+    `torch.autograd.grad`) are fine and not reported.
 
     Known problems
     A `no_grad` context entered by a caller in another module is not seen. A flag is
@@ -77,9 +80,15 @@ class EvalWithoutNoGrad(Rule):
     def check_module(self) -> None:
         for call in self.analysis.evaluation.graph_building_forwards():
             loop = self.analysis.context(call).loops[-1]
-            model = self.analysis.code(call.func)
-            message = f"`{model}` runs outside torch.no_grad() in evaluation code, recording a graph that is never used"
-            self.report(call, message, self._wrap_loop(call), [(loop, "every iteration records a graph")])
+            inner = self.analysis.evaluation.helper_forward(call)
+            related: list[tuple[cst.CSTNode, str]] = [(loop, "every iteration records a graph")]
+            if inner is None:
+                runs = f"`{self.analysis.code(call.func)}` runs"
+            else:
+                runs = f"`{self.analysis.code(call.func)}(...)` runs `{self.analysis.code(inner.func)}`"
+                related.append((inner, "the forward pass it runs, with autograd recording"))
+            message = f"{runs} outside torch.no_grad() in evaluation code, recording a graph that is never used"
+            self.report(call, message, self._wrap_loop(call), related)
 
     def _wrap_loop(self, call: cst.Call) -> Fix | None:
         """Run the evaluation code under `torch.no_grad()`: unsafe, as code of other modules may need gradients."""

@@ -298,9 +298,32 @@ class Evaluation:
                 continue
             if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
                 continue
-            if self._records(call) and self.forwards.is_forward(call):
+            if self._records(call) and (self.forwards.is_forward(call) or self.helper_forward(call) is not None):
                 found.append(call)
         return found
+
+    def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
+        """The forward pass a same-module helper that `call` runs makes with autograd recording (`self._eval_step(
+        batch)` whose body calls `self.model(x)`), following helpers of helpers; None if it makes none, or if the
+        helper may want gradients (a gradient event or a request for them: its caller's region then trains)."""
+        view = self.events.call_view(call)
+        helper = self.events.resolve_view(view, call) or self.events.resolve_instance_method(view, call)
+        if helper is None or depth > MAX_CALLER_DEPTH or self.events.scope_events(helper):
+            return None
+        calls = self.collected.calls_in_scope(helper)
+        if any(map(_asks_for_gradients, calls)) or any(
+            map(_enables_requires_grad, self.collected.statements_in_scope(helper))
+        ):
+            return None
+        for inner in calls:
+            if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED:
+                continue
+            if self.forwards.is_forward(inner):
+                return inner
+            nested = self.helper_forward(inner, depth + 1)
+            if nested is not None:
+                return nested
+        return None
 
     def _records(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Whether `node` may run with grad recording: not under no_grad, nor only called from there."""
