@@ -838,3 +838,85 @@ def test_a_helper_first_reached_at_the_depth_limit_keeps_its_events_nearer(tmp_p
     fit = next(function for function in analysis.collected.functions if function.name.value == "fit")
     kinds = [event.kind.value for event in analysis.events.scope_events(fit)]
     assert kinds == ["backward", "step", "clear"]
+
+
+def test_a_method_a_base_class_defines_elsewhere_is_no_forward_whatever_its_name(tmp_path: Path) -> None:
+    # `self._save_model_if_better(...)` is named like a model; the base class in base.py defines it: a method.
+    write(
+        tmp_path,
+        {
+            "base.py": """\
+                import torch
+
+                class BaseRunner:
+                    def _save_model_if_better(self, score):
+                        torch.save(self.model.state_dict(), f"best-{score:.3f}.pt")
+            """,
+            "runner.py": """\
+                import torch
+                from base import BaseRunner
+
+                class Runner(BaseRunner):
+                    def fit(self, train_loader, val_loader, epochs):
+                        for _ in range(epochs):
+                            self.model.train()
+                            for x, y in train_loader:
+                                self.optimizer.zero_grad()
+                                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                                self.optimizer.step()
+                            self.model.eval()
+                            with torch.no_grad():
+                                score = sum(self.model(x).sum().item() for x, y in val_loader)
+                            self._save_model_if_better(score)
+            """,
+        },
+    )
+    assert codes(tmp_path) == set()
+
+
+@pytest.mark.parametrize(
+    ("helper", "expected"),
+    [
+        # The scaler's step and the plain step are the two arms of one `if`: one of them runs.
+        ("if self.scaler is not None:\n    self.scaler.step(self.optimizer)\nelse:\n    self.optimizer.step()", set()),
+        # Both in the body: the optimizer steps twice whenever there is a scaler.
+        (
+            "if self.scaler is not None:\n    self.scaler.step(self.optimizer)\n    self.optimizer.step()",
+            {("base.py", 10, "GL011"), ("runner.py", 9, "GL011")},
+        ),
+    ],
+)
+def test_steps_in_the_arms_of_one_if_in_another_module_exclude_each_other(
+    tmp_path: Path, helper: str, expected: set[tuple[str, int, str]]
+) -> None:
+    body = textwrap.indent(helper, " " * 8)
+    write(
+        tmp_path,
+        {
+            "base.py": f"""\
+import torch
+
+class BaseTrainer:
+    def train_step(self, batch):
+        self.optimizer.zero_grad()
+        loss = self.model(batch).sum()
+        self.scaler.scale(loss).backward()
+{body}
+        if self.scaler is not None:
+            self.scaler.update()
+""",
+            "runner.py": """\
+                import torch
+                from base import BaseTrainer
+
+                class Benchmark(BaseTrainer):
+                    def run(self, batch, epochs):
+                        outputs = []
+                        for _ in range(epochs):
+                            for _ in range(10):
+                                outputs.append(self.train_step(batch))
+                        return outputs
+            """,
+        },
+    )
+    assert {row for row in codes(tmp_path) if row[2] == "GL011"} == expected

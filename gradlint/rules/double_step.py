@@ -23,10 +23,13 @@ class DoubleStep(Rule):
     followed by `scaler.update()`.
 
     Steps in exclusive branches (`if use_amp: scaler.step(opt) else: opt.step()`, or a
-    branch that ends in `continue`/`return`) are fine and not reported.
+    branch that ends in `continue`/`return`) are fine and not reported, also when they
+    are the two arms of one `if` in a helper of another module that the step calls
+    (`self.train_step(batch)` of a base class).
 
     Known problems
-    A step taken by a helper of another module is not seen.
+    Branches are known apart by their `if`: two `if`s on the same test
+    (`if scaler: ...` twice) are not known to be taken together or not at all.
 
     Fix safety
     Safe where offered: the direct `optimizer.step()` is removed only when a constructor

@@ -25,12 +25,17 @@ class EvalWithoutNoGrad(Rule):
     Evaluation code is a loop after `model.eval()` (up to the next
     `model.train()`), or a function that runs the model over a loader and never
     backpropagates, steps or touches an optimizer. A function that trains or validates
-    by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, the
-    backward under `if is_train:`) is evaluation code for the flag's validation value,
-    unless every call of the module passes the training one. The first model call of
+    by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, or
+    `model.train(mode=is_train)`, the backward under `if is_train:`) is evaluation code
+    for the flag's validation value, unless every call of the module passes the training
+    one. A model is what the code shows it to be: what an optimizer trains is a model,
+    whatever its class is called (`ModelWithLoss`), and a method a base class in another
+    module defines is that method, not a forward, whatever its name. The first model call of
     each loop is reported; so is a call of a helper of the same module whose body runs
     the model with autograd recording (`total += self._eval_step(batch)`), at the call,
-    unless the helper wants gradients itself.
+    unless the helper wants gradients itself. A forward retried in an `except` handler
+    after the same forward failed under `no_grad` records on purpose (a model that needs
+    autograd inside its forward) and is not reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions,
     Lightning's `validation_step`/`test_step`/`predict_step` (of a LightningModule),
     training code, and code that wants gradients with respect to the inputs

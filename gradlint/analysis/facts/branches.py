@@ -41,7 +41,7 @@ class Branches:
             one, other = self.branch_of(statement, first.node), self.branch_of(statement, second.node)
             if one is not None and other is not None and one is not other:
                 return True
-        if self._opposite_tests(first, second):
+        if self._opposite_tests(first, second) or (first.site is second.site and _other_arms(first, second)):
             return True
         # A `return` in a helper leaves only the helper: both events must come from one body.
         same_body = first.site is second.site or (first.site is first.node and second.site is second.node)
@@ -93,3 +93,9 @@ def negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
     operators = {type(first.comparisons[0].operator), type(second.comparisons[0].operator)}
     same_side = first.comparisons[0].comparator.deep_equals(second.comparisons[0].comparator)
     return same_side and operators in ({cst.Is, cst.IsNot}, {cst.Equal, cst.NotEqual})
+
+
+def _other_arms(first: Event, second: Event) -> bool:
+    """Whether two events one call runs in another module sit in different branches of one `if` there."""
+    arms = dict(arm.rpartition("=")[::2] for arm in first.arms)
+    return any(arms.get(branch, taken) != taken for branch, _, taken in (arm.rpartition("=") for arm in second.arms))

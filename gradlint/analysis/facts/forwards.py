@@ -52,8 +52,12 @@ class ForwardCalls:
         """True for `model(x)`, `self.encoder(x)`, `model.forward(x)`, `self(x)` in a module class."""
         if constructs(call) or fetches_module(call):
             return False
-        if call in self.collected.contexts and self.events.resolve_helper(call) is not None:
-            return False  # a function of this module (`_make_encoder(...)`), not a module's forward
+        if call in self.collected.contexts and (
+            self.events.resolve_helper(call) is not None or self.events.runs_project_function(call)
+        ):
+            # A function of the project (`_make_encoder(...)`, a method a base class in another module
+            # defines: `self._auto_save_model_if_necessary()`), not a module's forward, whatever its name.
+            return False
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value

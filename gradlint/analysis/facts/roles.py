@@ -202,6 +202,9 @@ class Roles:
         if key in self.annotations:
             return self.annotations[key]
         roles = {self.role_of_value(value) for value in self.values.get(key, [])} - {None}
+        if key in self.optimized and not roles & {Role.OPTIMIZER, Role.SCALER}:
+            # What an optimizer trains is a model, whatever its class is called (`ModelWithLoss`).
+            return Role.MODEL
         for role in (Role.OPTIMIZER, Role.SCALER, Role.LOSS_FN, Role.MODEL, Role.OTHER):
             if role in roles:
                 return role

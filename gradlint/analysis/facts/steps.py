@@ -67,6 +67,7 @@ class Event:
     via: str | None = None  # the project function (in another module) the event happens in
     repeats: bool = False  # it runs in a loop of that function
     by_hand: bool = False  # a STEP that updates a tensor in place from its own gradient, not `optimizer.step()`
+    arms: tuple[str, ...] = ()  # for an event of another module: the branches it runs in there (`Effect.arms`)
 
     @property
     def direct(self) -> bool:
@@ -151,6 +152,8 @@ class Project(Protocol):
     (`project.program.ModuleProgram`) is handed in, so this layer never imports it."""
 
     def returns(self, call: cst.Call, context: Context, events: EventIndex) -> Returned | None: ...
+
+    def defines(self, call: cst.Call, context: Context, events: EventIndex) -> bool: ...
 
     def call_events(
         self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
@@ -325,6 +328,15 @@ class EventIndex:
         if not isinstance(func, cst.Attribute) or self.instance_class(call) is None:
             return False
         return self.roles.role(func.value) not in (Role.OPTIMIZER, Role.SCALER)  # `opt.step()` is a step
+
+    def runs_project_function(self, call: cst.Call) -> bool:
+        """Whether `call` runs a function another module of the project defines (a method of a base class there
+        included), summarized or not."""
+        return (
+            self.program is not None
+            and call in self.collected.contexts
+            and self.program.defines(call, self.context(call), self)
+        )
 
     def outside(self, call: cst.Call) -> Returned | None:
         """The summary of the function in another module of the project that `call` runs, if known."""

@@ -210,7 +210,7 @@ class Program:
             return ()
         origin = f"{module}.{qualname}"
         found: list[Effect] = []
-        for effect in function.effects:
+        for index, effect in enumerate(function.effects):
             if effect.kind != CALL:
                 found.append(replace(effect, origin=effect.origin or origin))
                 continue
@@ -238,6 +238,7 @@ class Program:
                         enables_grad=inner.enables_grad or effect.enables_grad,
                         needs=tuple(sorted({*effect.needs, *_lifted(inner.needs, binding)})),
                         needs_true=tuple(sorted({*effect.needs_true, *_lifted(inner.needs_true, binding)})),
+                        arms=(*effect.arms, *(f"{index}/{arm}" for arm in inner.arms)),
                     )
                 )
         return tuple(dict.fromkeys(found))
@@ -430,6 +431,7 @@ class ModuleProgram:
                     via=callee.origin,
                     repeats=effect.repeated,
                     by_hand=effect.by_hand,
+                    arms=effect.arms,
                 )
             )
         return found
@@ -443,6 +445,10 @@ class ModuleProgram:
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
         return bind(callee.summary, positional, keywords, receiver)
+
+    def defines(self, call: cst.Call, context: Context, events: EventIndex) -> bool:
+        """Whether `call` runs a project function in another module (or a base class there)."""
+        return self.callee_of(call, context, events) is not None
 
     def returns(self, call: cst.Call, context: Context, events: EventIndex) -> FunctionSummary | None:
         """The summary of the project function in another module that `call` runs, for its return value."""

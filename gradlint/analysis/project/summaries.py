@@ -21,6 +21,7 @@ from gradlint.analysis.facts.steps import Kind, runs_when_off, updates_by_hand
 from gradlint.analysis.syntax.collect import Scope
 from gradlint.analysis.syntax.names import last_name, names_in
 from gradlint.analysis.syntax.refs import all_params, call_ref, port, positional_params
+from gradlint.analysis.syntax.tree import descendants
 from gradlint.index import Ref
 
 # The effects a summary records besides the gradient events of `steps.Kind`.
@@ -49,6 +50,10 @@ class Effect:
     `unsure`: a `.step()` on a parameter whose role the function cannot know (an optimizer
     or a scheduler): the caller decides from the argument it passes. `enables_grad`: the
     function turns autograd back on (`with torch.enable_grad():`), whatever its caller does.
+    `arms`: the branches of the function's `if` statements the effect runs in, as "N=0" (the
+    body) or "N=1" (the `else`/`elif` chain) by the order of the `if` in the module; an
+    effect reached through a call has that call's arms, then its own prefixed by the
+    call's index ("3/N=1"). Two effects whose arms differ at one `if` never both run.
     """
 
     kind: str
@@ -66,6 +71,7 @@ class Effect:
     unsure: bool = False
     enables_grad: bool = False
     by_hand: bool = False  # a STEP that updates its port in place from the port's own gradient
+    arms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,7 @@ class _Summarizer:
         self.events = analysis.events
         self.imports = analysis.imports
         self._updates: frozenset[cst.CSTNode] | None = None
+        self._ifs: dict[cst.FunctionDef, dict[cst.If, int]] = {}
 
     def summary(self) -> ModuleSummary:
         functions = {}
@@ -192,6 +199,11 @@ class _Summarizer:
                 "enables_grad": enables,
                 "needs": self._needs(item, function, params, none=True),
                 "needs_true": self._needs(item, function, params, none=False),
+                "arms": tuple(
+                    f"{self._if_index(branch, function)}={0 if self.collected.in_body(branch, item) else 1}"
+                    for branch in context.ifs
+                    if isinstance(branch, cst.If)
+                ),
             }
             if isinstance(item, cst.Call):
                 nested = self._nested_callees(item)
@@ -215,6 +227,13 @@ class _Summarizer:
                 if effect is not None:
                     effects.append(effect)
         return effects
+
+    def _if_index(self, branch: cst.If, function: cst.FunctionDef) -> int:
+        """The place of `branch` among the `if` statements of `function`, in source order."""
+        if function not in self._ifs:
+            found = (node for node in descendants(function) if isinstance(node, cst.If))
+            self._ifs[function] = {node: index for index, node in enumerate(found)}
+        return self._ifs[function].get(branch, -1)
 
     def _gradient_uses(self, item: cst.CSTNode, params: frozenset[str], common: dict[str, Any]) -> list[Effect]:
         """UPDATE for an in-place update of a parameter from a gradient (`p.add_(p.grad, alpha=-lr)`, `w -= lr *

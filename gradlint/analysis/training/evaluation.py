@@ -190,9 +190,13 @@ class Evaluation:
         order = self.collected.order
         found = []
         for call in calls:
-            if self._switches_model(call, to_eval=True):
+            flag = self._mode_flag(call)
+            if self._switches_model(call, to_eval=True) or flag is not None:
                 # A switch back that runs only in another phase (the `else: model.train()`) ends nothing.
-                phased = Region(scope, order[call], END, over_loader=False, phase=self._phase_of(call))
+                phase = self._phase_of(call, {flag: False} if flag is not None else {})
+                if flag is not None and not phase:
+                    continue  # every call of the function trains: `run_epoch(loader, train=True)`
+                phased = Region(scope, order[call], END, over_loader=False, phase=phase)
                 ends = [
                     order[other] for other in calls if self._switches_model(other) and self._in_region(phased, other)
                 ]
@@ -213,6 +217,21 @@ class Evaluation:
         first = call.args[0].value if call.args else None
         turns_off = isinstance(first, cst.Name) and first.value == "False"
         return turns_off == to_eval
+
+    def _mode_flag(self, call: cst.Call) -> str | None:
+        """The parameter that `model.train(mode=flag)` switches by: eval mode when the caller passes False."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "train" or len(call.args) != 1:
+            return None
+        argument = call.args[0]
+        function = self.collected.contexts[call].function
+        if argument.keyword is not None and argument.keyword.value != "mode":
+            return None
+        if function is None or not isinstance(argument.value, cst.Name):
+            return None
+        if argument.value.value not in parameter_names(function) or not self._is_model(func.value, call):
+            return None
+        return argument.value.value
 
     def _is_model(self, node: cst.BaseExpression, call: cst.Call) -> bool:
         if isinstance(node, cst.Name) and node.value == "self":
@@ -263,18 +282,21 @@ class Evaluation:
             self._exits[region] = self.events.exits_without(region.scope, region.off)
         return not self.events.needs_any(node, self.collected.contexts[node].ifs, region.off, self._exits[region])
 
-    def _phase_of(self, switch: cst.Call) -> tuple[tuple[str, bool | Given], ...]:
+    def _phase_of(
+        self, switch: cst.Call, given: dict[str, bool | Given] | None = None
+    ) -> tuple[tuple[str, bool | Given], ...]:
         """The parameter values for which `switch`, inside `if`s testing them, runs; () when unconditional or unknown.
 
-        Ex) `if is_train: ... else: model.eval()` runs for `is_train=False`.
+        Ex) `if is_train: ... else: model.eval()` runs for `is_train=False`; `model.train(mode=is_train)`
+        (`given`: {is_train: False}) switches to eval for `is_train=False`.
         """
         context = self.collected.contexts[switch]
         function = context.function
         branches = [branch for branch in context.ifs if isinstance(branch, cst.If)]
-        if function is None or context.scope is not function or not branches:
+        if function is None or context.scope is not function or not (branches or given):
             return ()
         params = parameter_names(function)
-        phase: dict[str, bool | Given] = {}
+        phase: dict[str, bool | Given] = dict(given or {})
         for branch in branches:
             phase.update(_value_entering(branch.test, self.collected.in_body(branch, switch), params))
         if not phase:
@@ -298,9 +320,29 @@ class Evaluation:
                 continue
             if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
                 continue
+            if self._retries_with_gradients(call):
+                continue
             if self._records(call) and (self.forwards.is_forward(call) or self.helper_forward(call) is not None):
                 found.append(call)
         return found
+
+    def _retries_with_gradients(self, call: cst.Call) -> bool:
+        """Whether `call` runs in an `except` handler whose `try` ran a forward under no_grad: the retry runs
+        only when that failed (a model that needs autograd in its forward), so it records on purpose."""
+        handlers = [node for node in self.collected.contexts[call].ifs if isinstance(node, cst.ExceptHandler)]
+        if not handlers:
+            return False
+        scope = self.collected.contexts[call].scope
+        for attempt in (node for node in descendants(scope) if isinstance(node, cst.Try)):
+            if any(handler in attempt.handlers for handler in handlers) and any(
+                isinstance(inner, cst.Call)
+                and inner in self.collected.contexts
+                and self.collected.contexts[inner].no_grad
+                and self.forwards.is_forward(inner)
+                for inner in descendants(attempt.body)
+            ):
+                return True
+        return False
 
     def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
         """The forward pass a same-module helper that `call` runs makes with autograd recording (`self._eval_step(
