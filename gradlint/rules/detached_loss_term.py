@@ -28,8 +28,10 @@ class DetachedLossTerm(Rule):
     A loss whose every path to the model is cut (so its gradients are None) is GL006's
     (non-differentiable-loss); this rule reports losses that are only partly cut. Not
     reported: detached values used for logging or early stopping (`running += loss.item()`),
-    detached targets inside a criterion (`F.mse_loss(pred, target.detach())`, VQ-VAE's
-    commitment loss), straight-through estimators (`y + (y_hard - y).detach()`, where the
+    detached targets inside a criterion (`F.mse_loss(pred, target.detach())`), either
+    side of a distance stopped on purpose while the other trains (VQ-VAE's commitment
+    loss `F.mse_loss(quantized.detach(), z)`, where `z` is what the module's `forward`
+    received: an activation, whatever it is called), straight-through estimators (`y + (y_hard - y).detach()`, where the
     detached part shares a value with a term that keeps its gradient), a detached weight
     that scales a term with a gradient (`w.detach() * loss_b`), constants (`loss + 0.0`)
     and losses computed under `torch.no_grad()`.

@@ -33,7 +33,9 @@ class LossAccumulation(Rule):
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
-    anything computed under `torch.no_grad()`.
+    anything computed under `torch.no_grad()`, and the indices of a (values, indices)
+    pair (`_, predicted = torch.max(logits, 1)`, `logits.sort(dim=1)`): integers, with
+    no graph.
 
     Known problems
     Values returned by functions of other modules are assumed to carry no graph. An

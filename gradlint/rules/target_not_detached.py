@@ -50,7 +50,9 @@ class TargetNotDetached(Rule):
     (`requires_grad_(False)`), critic terms where the value is meant to train
     (`(returns - values).pow(2)`), an advantage detached in the actor term but not in
     the critic term, entropies (`-(probs * log_probs).sum()`) and GAE from numpy
-    values are fine and not reported.
+    values are fine and not reported. Neither is the loss itself: a sum reached from
+    the backpropagated loss through its terms, their weights and reductions is what
+    is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`).
 
     Known problems
     Only the shapes above are recognised, by the names and operations the code uses

@@ -115,6 +115,22 @@ class Backpropagated:
     at: cst.CSTNode
 
 
+# Criteria symmetric in their two sides: either may be the one trained.
+DISTANCES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"})
+DISTANCE_CLASSES = frozenset({"MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss"})
+
+
+def _stops_gradient(operation: cst.CSTNode) -> bool:
+    """`x.detach()` or `x.data`: a stop-gradient written on purpose."""
+    if isinstance(operation, cst.Attribute):
+        return operation.attr.value == "data"
+    return (
+        isinstance(operation, cst.Call)
+        and isinstance(operation.func, cst.Attribute)
+        and operation.func.attr.value in ("detach", "detach_")
+    )
+
+
 def criterion_sides(call: cst.Call) -> tuple[list[cst.BaseExpression], list[cst.BaseExpression]]:
     """The prediction-side and target-side arguments of a criterion call.
 
@@ -360,12 +376,25 @@ class Lineages:
             return UNKNOWN  # `aux_loss` handed in is a loss value, and may carry history
         if role is not None or self.roles.role(cst.Name(head)) is Role.OTHER:
             return NONE  # optimizers, scalers, parsed arguments (`args.alpha`)
-        if is_data_name(key.rsplit(".", 1)[-1]):
-            return NONE
+        if is_data_name(key.rsplit(".", 1)[-1]) and not self._inside_module(at):
+            return NONE  # a batch handed to a training function; inside a module, `x` is an activation
         assigned = self.roles.values.get(key, [])
         if assigned and all(isinstance(value, (cst.BaseNumber, cst.BaseString)) for value in assigned):
             return NONE  # self.alpha = 0.5
         return UNKNOWN
+
+    def _inside_module(self, at: cst.CSTNode) -> bool:
+        """Whether `at` is in the `forward` of an `nn.Module` subclass, whose arguments are the network's activations
+        (`module(x)` runs `forward(x)`), not batches."""
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
+        owner = context.class_def if context is not None else None
+        return (
+            function is not None
+            and function.name.value == "forward"
+            and owner is not None
+            and self.roles.is_model_class(owner)
+        )
 
     def _trace_subscript(self, node: cst.Subscript, at: cst.CSTNode, bindings: Bindings, depth: int) -> Lineage:
         reduced = _indexed_reduction_source(node.value)
@@ -451,9 +480,23 @@ class Lineages:
     def _trace_criterion(self, call: cst.Call, at: cst.CSTNode, bindings: Bindings, depth: int) -> Lineage:
         predictions, targets = criterion_sides(call)
         result = self._union(predictions, at, bindings, depth)
+        # A distance is the same both ways round: with its first side stopped on purpose (a VQ-VAE's
+        # commitment loss, `mse_loss(quantized.detach(), z)`), the gradient flows through the second,
+        # whatever it is called. A side cut by accident (`pred.round()`) names no side to train.
+        symmetric = not result.live and bool(result.cuts) and all(map(_stops_gradient, result.cuts))
+        symmetric = symmetric and self._is_distance(call)
         for target in targets:
-            result = result | self._trace(target, at, bindings, depth).as_target()
+            traced = self._trace(target, at, bindings, depth)
+            result = result | (traced if symmetric else traced.as_target())
         return result
+
+    def _is_distance(self, call: cst.Call) -> bool:
+        """`F.mse_loss`, `F.l1_loss`, `nn.MSELoss()(a, b)`: a criterion symmetric in its two sides."""
+        qualified = self.roles.imports.resolve(call.func) or ""
+        if qualified.startswith("torch.nn.functional."):
+            return qualified.rsplit(".", 1)[-1] in DISTANCES
+        built = [last_name(constructor.func) for constructor in self.roles.constructors(call.func)]
+        return bool(built) and all(name in DISTANCE_CLASSES for name in built)
 
     def call_bindings(
         self, call: cst.Call, helper: cst.FunctionDef, at: cst.CSTNode, bindings: Bindings | None = None, depth: int = 0

@@ -127,13 +127,17 @@ class LossTerms:
         return self.lineages.of(value, at).live
 
     def _factor_live(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        # A weight read from a name, an object or a sequence (`beta`, `cfg.beta`, `betas[0]`) is a
-        # setting unless known to carry history.
+        # A weight read from a name, an object or a sequence bound outside the scope (`beta`, `cfg.beta`,
+        # `betas[0]`) is a setting unless known to carry history; a value computed here is judged as computed.
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Multiply, cst.Divide)):
             return self._factor_live(value.left, at) or self._factor_live(value.right, at)
         symbol = value.value if isinstance(value, cst.Subscript) else value
-        if isinstance(symbol, (cst.Name, cst.Attribute)) and not _is_data(symbol):
-            return self.lineages.of(value, at).known_live
+        key = dotted_name(symbol) if isinstance(symbol, (cst.Name, cst.Attribute)) else None
+        computed = key is not None and any(
+            definition.binding is not Binding.OUTSIDE for definition in self.origins.definitions(key, at)
+        )
+        if key is not None and not _is_data(symbol) and not computed:
+            return self.lineages.of(value, at).known_live  # bound elsewhere: a setting, unless known otherwise
         return self.lineages.of(value, at).live
 
     def _criterion(self, term: Term, backpropagated: bool) -> bool:

@@ -58,6 +58,11 @@ NON_GRAD_BUILTINS = frozenset(
     }
 )
 # torch functions whose result has no graph whatever their inputs.
+# Reductions and orderings that, given a dimension, return (values, indices): the values keep the
+# input's graph, the indices are integers and have none (`_, predicted = torch.max(logits, 1)`).
+VALUES_AND_INDICES = frozenset(
+    {"max", "min", "median", "nanmedian", "mode", "sort", "topk", "kthvalue", "cummax", "cummin"}
+)
 NON_GRAD_TORCH = frozenset(
     {
         "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
@@ -146,9 +151,30 @@ class GradValues:
             return [always or (if_args and args_grad) for always, if_args in returned]
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
+        indexed = self._values_and_indices(node, env, scope)
+        if indexed is not None and count == 2:
+            return [indexed, False]
         if method in DETACHING_METHODS or not self._is_forward_call(func, method, scope):
             return None
         return [True] + [None] * (count - 1)
+
+    def _values_and_indices(self, call: cst.Call, env: Env, scope: Scope) -> bool | None:
+        """Whether the values of a (values, indices) pair carry a graph; None when `call` returns no such pair.
+
+        `torch.max(x, 1)`, `x.max(dim=1)`, `torch.sort(x)`, `x.topk(k)`; `torch.max(x)` is one tensor."""
+        func = call.func
+        name = last_name(func) or ""
+        if name not in VALUES_AND_INDICES:
+            return None
+        qualified = self.roles.imports.resolve(func) or ""
+        if qualified.startswith("torch."):
+            if len(call.args) < (1 if name in ("sort", "cummax", "cummin") else 2):
+                return None
+            return self.evaluate(call.args[0].value, env, scope)
+        if not isinstance(func, cst.Attribute) or (name in ("max", "min", "median", "nanmedian") and not call.args):
+            return None
+        receiver = self.evaluate(func.value, env, scope)
+        return True if receiver else None  # a tensor with a graph; anything else is not known to be a tensor
 
     def evaluate(self, node: cst.BaseExpression, env: Env, scope: Scope) -> bool:
         """Whether `node` carries a graph under `env` in `scope`."""

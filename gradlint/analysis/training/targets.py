@@ -45,6 +45,9 @@ LOG_PROB_CALLS = frozenset({"log", "log_softmax", "log_prob", "logsigmoid", "log
 LOG_PROB_NAME = re.compile(r"(?i)(\w*_)?(log_?probs?|log_?pis?|logps?|lprobs?|log_?likelihoods?|log_?p)(_\w+)?")
 RATIO_NAME = re.compile(r"(?i)(\w+_)?(ratios?|is_ratios?|importance_weights?)(_\w+)?")
 ADVANTAGE_NAME = re.compile(r"(?i)(\w+_)?(advs?|advantages?|deltas?|td_errors?|td_err)(_\w+)?")
+# Reductions of a loss that leave it the loss (`loss.mean()`, `losses.sum(dim=0)`).
+REDUCTIONS = frozenset({"mean", "sum", "squeeze", "reshape", "view"})
+MAX_SUM_DEPTH = 12
 DISCOUNT_NAME = re.compile(r"(?i)(\w+_)?(gamma|gammas|discount|discounts|discount_factor)(_\w+)?")
 # The part of a network's name that says it is a teacher, an EMA copy or a target network.
 TEACHER_NAME = re.compile(r"(?i)teacher|target|(^|_)(ema|momentum|tgt|targ|shadow)(_|\d|$)")
@@ -101,10 +104,12 @@ class Targets:
         self.callers = callers
         self._seen: set[Visit] = set()
         self._found: dict[cst.CSTNode, UndetachedTarget] = {}
+        self._loss_sums: set[cst.CSTNode] = set()
 
     def undetached(self) -> list[UndetachedTarget]:
         """Every constant position of a backpropagated loss whose value carries a network's gradient."""
         for loss in self._losses():
+            self._mark_sums(loss.value, loss.at, 0)
             self._walk(loss.value, loss.at, {}, 0)
         bootstrapped = {
             source for found in self._found.values() if found.position is Position.BOOTSTRAP for source in found.sources
@@ -210,8 +215,32 @@ class Targets:
             self._check_bootstrap(node, at, bindings)
         self._walk_all([node.left, node.right], at, bindings, depth)
 
+    def _mark_sums(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> None:
+        """Mark the sums that are the loss itself: reached from it through its terms (`+`), their scaling, a
+        reduction (`.mean()`) or a name's assignment. A sum there is what is backpropagated, never a target
+        (`recon + kld + gamma * tc` is no reward plus a discounted bootstrap)."""
+        if depth > MAX_SUM_DEPTH or node in self._loss_sums:
+            return
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply, cst.Divide)):
+            self._loss_sums.add(node)
+            for side in (node.left, node.right):
+                self._mark_sums(side, at, depth + 1)
+        elif isinstance(node, cst.UnaryOperation):
+            self._mark_sums(node.expression, at, depth + 1)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                self._mark_sums(element.value, at, depth + 1)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in REDUCTIONS:
+            self._mark_sums(node.func.value, at, depth + 1)
+        elif isinstance(node, (cst.Name, cst.Attribute)) and (key := dotted_name(node)) is not None:
+            for definition in self.origins.definitions(key, at):
+                if definition.binding in (Binding.ASSIGN, Binding.AUGMENT):
+                    self._mark_sums(definition.value, definition.node, depth + 1)
+
     def _check_bootstrap(self, node: cst.BinaryOperation, at: cst.CSTNode, bindings: Bindings) -> None:
         # Ex) target = rewards + self.gamma * target_net(next_states).max(1)[0] * (1 - dones)
+        if node in self._loss_sums:
+            return  # the loss itself, summed from its terms
         terms = _terms(node)
         discounted = [term for term in terms if any(self._is_discount(factor) for factor in _factors(term))]
         # A number beside it is an offset (`0.99 * mask + 0.005`, a smoothing), not a reward.
