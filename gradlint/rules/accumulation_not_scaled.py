@@ -37,7 +37,8 @@ class AccumulationNotScaled(Rule):
     weighs the micro-batches unequally: the first one counts k times more than the last.
 
     Recognised accumulation: a step under `if (i + 1) % k == 0:` (or a flag bound from
-    such a test, or a counter compared with k) while the backward runs on every
+    such a test, `if not accumulating:` with `accumulating = (i + 1) % k != 0`, or a
+    counter compared with k) while the backward runs on every
     iteration, and an inner micro-batch loop (`for micro_step in range(accum_steps):`,
     `for chunk in batch.chunk(k):`, or a `while` loop that counts its micro-batches up
     to k: `while n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with

@@ -1,7 +1,8 @@
 """Gradient accumulation: backward passes whose gradients add up into one optimizer step.
 
 Two shapes are recognised. A step guarded by an accumulation condition (`if (i + 1) %
-accum == 0:`, `if is_grad_step:` bound from one, `if n_accum >= accum_steps:` with a
+accum == 0:`, `if is_grad_step:` bound from one, `if not accumulating:` bound from `(i + 1) %
+accum != 0`, `if n_accum >= accum_steps:` with a
 counter that the loop increments) while the backward runs on every iteration; and an
 inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
 chunk in batch.chunk(k):`, `while n_accum < k:`, a `while True:` that breaks once a growing
@@ -130,22 +131,31 @@ class Accumulations:
         return self._holds_every_k(guard.test, guard, loops, 0) if isinstance(guard, cst.If) else None
 
     def _holds_every_k(
-        self, test: cst.BaseExpression, guard: cst.If, loops: tuple[Loop, ...], depth: int
+        self, test: cst.BaseExpression, guard: cst.If, loops: tuple[Loop, ...], depth: int, negated: bool = False
     ) -> cst.BaseExpression | None:
+        """k, when `test` (or its negation) holds once every k iterations."""
         if depth > MAX_DEPTH:
             return None
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            # Ex) is_accumulating = (i + 1) % k != 0 ... if not is_accumulating: step
+            return self._holds_every_k(test.expression, guard, loops, depth + 1, not negated)
         if isinstance(test, cst.BooleanOperation):
+            if negated:
+                return None
             return self._holds_every_k(test.left, guard, loops, depth + 1) or self._holds_every_k(
                 test.right, guard, loops, depth + 1
             )
         if isinstance(test, cst.Comparison):
+            if negated:  # `not (i % k != 0)` holds once every k; `not (i % k == 0)` holds all but once
+                differs = len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.NotEqual)
+                return _modulo_divisor(test.left) if differs else None
             return _modulo_divisor(test.left) or self._counter_bound(test, loops)
         key = dotted_name(test)
         if key is None:
             return None
         for definition in self.origins.definitions(key, guard):  # Ex) is_grad_step = (i + 1) % k == 0
             if definition.binding is Binding.ASSIGN:
-                found = self._holds_every_k(definition.value, guard, loops, depth + 1)
+                found = self._holds_every_k(definition.value, guard, loops, depth + 1, negated)
                 if found is not None:
                     return found
         return None
