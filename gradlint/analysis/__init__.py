@@ -209,7 +209,7 @@ class ModuleAnalysis:
     @cached_property
     def mutations(self) -> Mutations:
         """The in-place operations of the module and the manual parameter updates among them."""
-        return Mutations(self.collected, self.leaves)
+        return Mutations(self.collected, self.leaves, self.roles)
 
     @cached_property
     def outside_calls(self) -> list[tuple[cst.Call, Callee, list[tuple[Effect, cst.BaseExpression | None]]]]:

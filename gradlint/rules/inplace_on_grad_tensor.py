@@ -34,12 +34,19 @@ class InplaceOnGradTensor(Rule):
       backpropagating it), raises the same error (PyTorch 1.5 and later). The step
       may be written in the loop or run by a helper, of this module or another.
 
+    A layer built with `inplace=True` (`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`,
+    `nn.Dropout(p, inplace=True)`, an `nn.Sequential` that starts with one) and an
+    in-place function (`F.relu(h, inplace=True)`, `torch.relu_(h)`) change their input:
+    after `torch.sigmoid`, `tanh`, `exp`, `softmax` or an in-place ReLU (which save their
+    output), backward raises.
+
     Use the out-of-place form (`y = y + 1`, `h = h.mul(2)`), or change leaves under
     `torch.no_grad()`. Changes inside `no_grad`, through `.data`, on tensors that
-    never required grad (data batches, masks, buffers, metrics), on fresh results
-    nothing saved (`h = lin(x); h.relu_()`) and `nn.ReLU(inplace=True)` layers are
-    fine and not reported, as is a loss computed again after the step, or through
-    `.detach()`ed outputs only. Manual updates from a gradient are GL003's.
+    never required grad (data batches, masks, buffers, metrics), and on fresh results
+    nothing saved (`h = lin(x); h.relu_()`, an in-place ReLU after a convolution or a
+    batch norm, as in every ResNet block) are fine and not reported, as is a loss
+    computed again after the step, or through `.detach()`ed outputs only. Manual
+    updates from a gradient are GL003's.
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a

@@ -15,12 +15,26 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.analysis.facts.leaves import Leaves
+from gradlint.analysis.facts.roles import Roles
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name, names_in
 from gradlint.analysis.syntax.tree import children
 
 # Methods ending in `_` that change flags or storage sharing, not a tensor's values.
 NOT_INPLACE = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "detach_", "record_stream_", "pin_memory_"})
+# torch.nn modules that write their result into their input when built with `inplace=True`, with the
+# place of `inplace` among their positional arguments (checked against torch 2.13's signatures).
+INPLACE_MODULES = {
+    "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardswish": 0, "Hardsigmoid": 0, "LeakyReLU": 1,
+    "ELU": 1, "CELU": 1, "Dropout": 1, "Dropout1d": 1, "Dropout2d": 1, "Dropout3d": 1, "AlphaDropout": 1,
+    "FeatureAlphaDropout": 1, "Hardtanh": 2, "Threshold": 2, "RReLU": 2,
+}  # fmt: skip
+# Their torch.nn.functional counterparts, with the place of `inplace` after the input.
+INPLACE_FUNCTIONS = {
+    "relu": 1, "relu6": 1, "selu": 1, "silu": 1, "mish": 1, "hardswish": 1, "hardsigmoid": 1, "leaky_relu": 2,
+    "elu": 2, "celu": 2, "hardtanh": 3, "threshold": 3, "rrelu": 4, "dropout": 3, "dropout1d": 3, "dropout2d": 3,
+    "dropout3d": 3, "alpha_dropout": 3, "feature_alpha_dropout": 3,
+}  # fmt: skip
 # Calls whose result is a fresh leaf again: `w = (w - lr * w.grad).detach().requires_grad_()`.
 RELEAFING = frozenset({"detach", "detach_", "requires_grad_", "Parameter", "tensor"})
 
@@ -43,8 +57,13 @@ def is_inplace_method(func: cst.BaseExpression) -> bool:
     return name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE
 
 
-def inplace_operations(collected: Collected) -> list[InPlace]:
-    """Every in-place operation of the module, in source order."""
+def inplace_operations(collected: Collected, roles: Roles) -> list[InPlace]:
+    """Every in-place operation of the module, in source order.
+
+    A call of a torch layer built with `inplace=True` (`self.act(h)` with
+    `self.act = nn.ReLU(inplace=True)`, or an `nn.Sequential` that starts with one), and
+    an in-place torch function (`F.relu(h, inplace=True)`, `torch.relu_(h)`), change
+    their first argument."""
     chained = {
         call.func.value
         for call in collected.calls
@@ -61,8 +80,54 @@ def inplace_operations(collected: Collected) -> list[InPlace]:
         operation = _statement_operation(statement)
         if operation is not None:
             found.append((collected.order[statement], operation))
+    for call in collected.calls:
+        statement = collected.statement_of.get(call)
+        first = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if first is not None and isinstance(statement, cst.BaseSmallStatement) and _writes_input(call, roles):
+            found.append((collected.order[call], InPlace(call, first, statement, ())))
     found.sort(key=lambda item: item[0])
     return [operation for _, operation in found]
+
+
+def _writes_input(call: cst.Call, roles: Roles) -> bool:
+    """Whether `call` writes its result into its first argument: an in-place torch function, or a layer built
+    with `inplace=True` (the first layer of an `nn.Sequential` included), wherever every construction shows it."""
+    qualified = roles.imports.resolve(call.func) or ""
+    name = qualified.rsplit(".", 1)[-1]
+    if qualified.startswith("torch.nn.functional.") or (qualified.count(".") == 1 and qualified.startswith("torch.")):
+        if name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE:
+            return True  # torch.relu_(h), F.leaky_relu_(h, 0.2)
+        return name in INPLACE_FUNCTIONS and _passes_inplace(call, INPLACE_FUNCTIONS[name])
+    if not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return False
+    built = roles.constructors(call.func)
+    return bool(built) and all(_inplace_layer(constructor, roles) for constructor in built)
+
+
+def _inplace_layer(constructor: cst.Call, roles: Roles) -> bool:
+    """`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`, or `nn.Sequential(nn.ReLU(inplace=True), ...)`."""
+    qualified = roles.imports.resolve(constructor.func) or ""
+    if not qualified.startswith("torch.nn."):
+        return False
+    name = qualified.rsplit(".", 1)[-1]
+    if name == "Sequential":
+        first = constructor.args[0] if constructor.args else None
+        return (
+            first is not None
+            and first.keyword is None
+            and not first.star
+            and isinstance(first.value, cst.Call)
+            and _inplace_layer(first.value, roles)
+        )
+    return name in INPLACE_MODULES and _passes_inplace(constructor, INPLACE_MODULES[name])
+
+
+def _passes_inplace(call: cst.Call, position: int) -> bool:
+    """Whether `call` passes `inplace=True`, by keyword or at its place among the positional arguments."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    keyword = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    value = keyword.get("inplace", positional[position] if len(positional) > position else None)
+    return isinstance(value, cst.Name) and value.value == "True"
 
 
 def _unchain(call: cst.Call) -> tuple[cst.BaseExpression, tuple[cst.BaseExpression, ...]]:
@@ -113,11 +178,11 @@ class ManualUpdate:
 class Mutations:
     """The module's in-place operations and manual updates, computed once."""
 
-    def __init__(self, collected: Collected, leaves: Leaves) -> None:
+    def __init__(self, collected: Collected, leaves: Leaves, roles: Roles) -> None:
         self.collected = collected
         self.leaves = leaves
         self.gradients = GradientValues(collected)
-        self.operations = inplace_operations(collected)
+        self.operations = inplace_operations(collected, roles)
         self.updates = [*self._inplace_updates(), *self._rebinding_updates()]
         self._update_nodes = {update.node for update in self.updates}
 
