@@ -52,7 +52,9 @@ class TargetNotDetached(Rule):
     the critic term, entropies (`-(probs * log_probs).sum()`) and GAE from numpy
     values are fine and not reported. Neither is the loss itself: a sum reached from
     the backpropagated loss through its terms, their weights and reductions is what
-    is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`).
+    is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`). A rollout's
+    per-step log-probabilities and values kept in lists are followed through
+    `torch.stack`, `torch.cat` and `zip`.
 
     Known problems
     Only the shapes above are recognised, by the names and operations the code uses

@@ -21,7 +21,7 @@ from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Kind
-from gradlint.analysis.facts.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH
+from gradlint.analysis.facts.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH, VALUES_AND_INDICES
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name
 
@@ -43,7 +43,6 @@ TENSOR_METHODS = frozenset(
      "unsqueeze", "gather", "clamp", "transpose", "permute", "contiguous", "flatten", "pow", "abs", "norm"}
 )  # fmt: skip
 # `values, indices = out.max(1)`: the second result is an index tensor.
-INDEXED_REDUCTIONS = frozenset({"max", "min", "sort", "topk", "kthvalue", "mode", "median"})
 FUNCTIONAL_LOSSES = re.compile(
     r".*_loss|cross_entropy|binary_cross_entropy(_with_logits)?|kl_div|nll_loss|ctc_loss|poisson_nll_loss"
 )
@@ -157,6 +156,7 @@ class Lineages:
         self._cache: dict[tuple[cst.CSTNode, cst.CSTNode], Lineage] = {}
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
         self._cut_short = False
+        self._appended: dict[cst.CSTNode, dict[str, list[tuple[cst.BaseExpression, cst.CSTNode]]]] = {}
 
     def of(self, expression: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings | None = None) -> Lineage:
         """The lineage of `expression` evaluated just before statement `at`.
@@ -277,11 +277,36 @@ class Lineages:
         self._in_progress.add((key, at))
         try:
             result = NONE
-            for definition in self.origins.definitions(key, at):
+            definitions = self.origins.definitions(key, at)
+            for definition in definitions:
                 result = result | self._trace_definition(node, key, definition, at, bindings, depth)
+            if any(_builds_list(definition, key) for definition in definitions):
+                # Ex) log_probs = [] ... log_probs.append(dist.log_prob(a)): the list holds what was put in it
+                for item, statement in self.appended(key, at):
+                    result = result | self._trace(item, statement, bindings, depth + 1)
             return result
         finally:
             self._in_progress.discard((key, at))
+
+    def appended(self, key: str, at: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
+        """What the scope of `at` puts into the list `key` (`key.append(v)`, `key.extend(vs)`, `key.insert(i, v)`),
+        each with its statement."""
+        context = self.collected.contexts.get(at)
+        scope = context.scope if context is not None else None
+        if scope is None:
+            return []
+        if scope not in self._appended:
+            found: dict[str, list[tuple[cst.BaseExpression, cst.CSTNode]]] = {}
+            for statement in self.collected.statements_in_scope(scope):
+                call = statement.value if isinstance(statement, cst.Expr) else None
+                if not isinstance(call, cst.Call) or not call.args or not isinstance(call.func, cst.Attribute):
+                    continue
+                holder = dotted_name(call.func.value)
+                method = call.func.attr.value
+                if holder is not None and method in LIST_FILLERS:
+                    found.setdefault(holder, []).append((call.args[LIST_FILLERS[method]].value, statement))
+            self._appended[scope] = found
+        return [item for item in self._appended[scope].get(key, []) if item[0] is not None]
 
     def _trace_definition(
         self,
@@ -303,6 +328,10 @@ class Lineages:
         if definition.binding is Binding.UNPACK:
             return self._trace_unpacked(key, definition, bindings, depth)
         if definition.binding is Binding.LOOP:
+            zipped = _zipped_iterable(definition, key)
+            if zipped is not None:
+                # Ex) for log_prob, value in zip(log_probs, values): `value` is an item of `values`
+                return self._trace_loop_item(zipped, at, bindings, depth) if zipped is not ZIP_INDEX else NONE
             return self._trace_loop_item(definition.value, at, bindings, depth)
         value = self._trace(definition.value, at, bindings, depth + 1)
         if definition.binding is Binding.AUGMENT:
@@ -590,6 +619,46 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
     return [key] if key is not None else []
 
 
+# How a list is filled, and which argument is the item (`insert(i, v)`).
+LIST_FILLERS = {"append": 0, "extend": 0, "insert": 1}
+# The index `enumerate` pairs an item with: a number, with no history.
+ZIP_INDEX: cst.BaseExpression = cst.Name("enumerate")
+
+
+def _builds_list(definition: Definition, key: str) -> bool:
+    """`losses = []`, `losses = list()` or `log_probs, values = [], []`: a list the scope fills itself."""
+    value = definition.value
+    if definition.binding is Binding.UNPACK and isinstance(value, (cst.Tuple, cst.List)):
+        index = _unpacked_index(definition.node, key)
+        if index is None or index >= len(value.elements):
+            return False
+        value = value.elements[index].value
+    elif definition.binding is not Binding.ASSIGN:
+        return False
+    if isinstance(value, cst.List):
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "list"
+
+
+def _zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | None:
+    """For `key` in the tuple target of `for a, b in zip(xs, ys)`, the iterable its items come from (`ys` for
+    `b`); `ZIP_INDEX` for the index of `for i, x in enumerate(xs)`; None for any other loop."""
+    loop, iterable = definition.node, definition.value
+    if not isinstance(loop, cst.For) or not isinstance(loop.target, (cst.Tuple, cst.List)):
+        return None
+    if not isinstance(iterable, cst.Call) or not isinstance(iterable.func, cst.Name):
+        return None
+    index = next((i for i, element in enumerate(loop.target.elements) if dotted_name(element.value) == key), None)
+    arguments = [arg.value for arg in iterable.args if arg.keyword is None and not arg.star]
+    if index is None or any(arg.star for arg in iterable.args):
+        return None
+    if iterable.func.value == "zip" and len(arguments) == len(loop.target.elements):
+        return arguments[index]
+    if iterable.func.value == "enumerate" and len(loop.target.elements) == 2 and arguments:
+        return ZIP_INDEX if index == 0 else arguments[0]
+    return None
+
+
 def _unpacked_index(statement: cst.CSTNode, key: str) -> int | None:
     targets: list[cst.BaseExpression] = []
     if isinstance(statement, cst.Assign):
@@ -604,7 +673,7 @@ def _unpacked_index(statement: cst.CSTNode, key: str) -> int | None:
 
 def _indexed_reduction_source(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """`out` in `out.max(1)` or `torch.max(out, 1)`: a reduction that also returns indices."""
-    if not isinstance(node, cst.Call) or last_name(node.func) not in INDEXED_REDUCTIONS:
+    if not isinstance(node, cst.Call) or last_name(node.func) not in VALUES_AND_INDICES:
         return None
     arguments = [arg.value for arg in node.args]
     if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) not in ("torch",):

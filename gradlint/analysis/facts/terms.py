@@ -248,19 +248,8 @@ class LossTerms:
         if not definitions or not all(_is_list(d.value) for d in definitions):
             return False
         items = [(d.value.elt, d.node) for d in definitions if isinstance(d.value, cst.ListComp)]
-        items += [(item, statement) for item, statement in self._appended(key or "", at)]
+        items += self.lineages.appended(key or "", at)
         return any(self._may_carry(item, statement) for item, statement in items)
-
-    def _appended(self, key: str, at: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
-        scope = self.collected.contexts[at].scope if at in self.collected.contexts else None
-        found: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
-        for statement in self.collected.statements_in_scope(scope) if scope is not None else []:
-            call = statement.value if isinstance(statement, cst.Expr) else None
-            if not isinstance(call, cst.Call) or not call.args or not isinstance(call.func, cst.Attribute):
-                continue
-            if call.func.attr.value == "append" and dotted_name(call.func.value) == key:
-                found.append((call.args[0].value, statement))
-        return found
 
     def _may_carry(self, item: cst.BaseExpression, at: cst.CSTNode) -> bool:
         lineage = self.lineages.of(item, at)

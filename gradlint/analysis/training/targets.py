@@ -56,9 +56,14 @@ SAMPLING_METHODS = frozenset({"sample", "generate", "greedy", "greedy_decode", "
 # Objects that hold data rather than run a network: replay buffers, rollout storage.
 STORAGE_NAME = re.compile(r"(?i)(\w+_)?(rb|buffer|memory|replay|replay_buffer|storage|rollouts?|dataset|loader)\d*")
 # Calls that keep a value's role: `log_probs.sum(1)` is still a log-probability.
+# A rollout's per-step values stacked or concatenated (`torch.stack(log_probs)`, `torch.cat(values)`) are
+# still what each of them is.
 PASSING_METHODS = frozenset(
-    {"sum", "mean", "squeeze", "unsqueeze", "view", "reshape", "gather", "flatten", "clamp", "clip", "expand_as"}
-)
+    {
+        "sum", "mean", "squeeze", "unsqueeze", "view", "reshape", "gather", "flatten", "clamp", "clip", "expand_as",
+        "stack", "cat", "concat", "concatenate", "hstack", "vstack",
+    }
+)  # fmt: skip
 
 
 class Position(Enum):
@@ -182,6 +187,8 @@ class Targets:
             if context is not None and context.no_grad:
                 continue  # computed under no_grad: no gradient to carry
             self._walk(definition.value, definition.node, bindings, depth)
+        for item, statement in self.lineage.appended(key, at):
+            self._walk(item, statement, bindings, depth)  # Ex) terms.append(-log_prob * advantage)
 
     def _walk_call(self, call: cst.Call, at: cst.CSTNode, bindings: Bindings, depth: int) -> None:
         name = last_name(call.func) or ""
