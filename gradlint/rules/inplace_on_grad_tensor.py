@@ -34,6 +34,11 @@ class InplaceOnGradTensor(Rule):
       backpropagating it), raises the same error (PyTorch 1.5 and later). The step
       may be written in the loop or run by a helper, of this module or another.
 
+    A view shares its base's storage: a slice, `.t()` or `.view()` kept in a name (`top =
+    g[:, :4]; top.zero_()`) changes its base, and the views `chunk`, `split` or `unbind`
+    return may not be changed in place at all while their base requires grad (torch raises
+    at once).
+
     A layer built with `inplace=True` (`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`,
     `nn.Dropout(p, inplace=True)`, an `nn.Sequential` that starts with one) and an
     in-place function (`F.relu(h, inplace=True)`, `torch.relu_(h)`) change their input:
@@ -84,22 +89,40 @@ class InplaceOnGradTensor(Rule):
         for operation in analysis.mutations.operations:
             if not analysis.callers.with_grad(operation.statement) or analysis.mutations.is_update(operation):
                 continue
-            target = analysis.code(operation.target)
-            sources = analysis.sources(operation.target, operation.statement)
-            if analysis.leaves.is_leaf(operation.target, operation.statement):
+            view = analysis.graphs.view_base(operation.target, operation.statement)
+            split = view.split if view is not None else None
+            if view is not None and split is not None and analysis.graphs.requires_grad(view.base, operation.statement):
                 named = (
-                    f"`{target}`, a leaf that requires grad, is modified in place outside torch.no_grad(), which raises"
+                    f"`{analysis.code(operation.target)}`, one of the views `{analysis.code(split)}` returns, is "
+                    f"modified in place while `{analysis.code(view.base)}` requires grad, which raises"
                 )
-                self.report(
-                    operation.node, named, related=[(s, f"`{target}` requires grad from here") for s in sources]
-                )
-            elif analysis.graphs.saved_for_backward(operation.target, operation.statement) and self._backpropagated(
-                operation
-            ):
-                story = [(source, f"`{target}` is computed here and saved for backward") for source in sources]
-                story += [(site, "backward needs the saved value here") for site in self._backwards_after(operation)]
-                named = f"`{target}`, saved for backward, is modified in place, so backward raises {INPLACE_ERROR}"
-                self.report(operation.node, named, related=story)
+                self.report(operation.node, named, related=[(split, "the views are made here")])
+                continue
+            for tensor in (operation.target,) if view is None else (operation.target, view.base):
+                if self._check_tensor(operation, tensor):
+                    break
+
+    def _check_tensor(self, operation: InPlace, tensor: cst.BaseExpression) -> bool:
+        """Report `operation` when it changes `tensor` (its target, or the tensor its target is a view of), a leaf
+        that requires grad or a tensor saved for backward; whether it did."""
+        analysis = self.analysis
+        target = analysis.code(tensor)
+        view = "" if tensor is operation.target else f"`{analysis.code(operation.target)}`, a view of "
+        sources = analysis.sources(tensor, operation.statement)
+        if analysis.leaves.is_leaf(tensor, operation.statement):
+            named = (
+                f"{view}`{target}`, a leaf that requires grad, is modified in place outside torch.no_grad(), "
+                "which raises"
+            )
+            self.report(operation.node, named, related=[(s, f"`{target}` requires grad from here") for s in sources])
+            return True
+        if analysis.graphs.saved_for_backward(tensor, operation.statement) and self._backpropagated(operation):
+            story = [(source, f"`{target}` is computed here and saved for backward") for source in sources]
+            story += [(site, "backward needs the saved value here") for site in self._backwards_after(operation)]
+            named = f"{view}`{target}`, saved for backward, is modified in place, so backward raises {INPLACE_ERROR}"
+            self.report(operation.node, named, related=story)
+            return True
+        return False
 
     def _check_optimizer_steps(self) -> None:
         # Ex) a GAN that steps the discriminator between computing the generator's loss and backpropagating it.

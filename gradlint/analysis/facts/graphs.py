@@ -14,6 +14,7 @@ dict of outputs) is never saved itself.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -53,7 +54,18 @@ SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer
 OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSoftmax"})
 NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
+# Functions that return several views of their input (`a, b = h.chunk(2)`).
+MULTI_VIEWS = frozenset({"chunk", "split", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"})
 MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class View:
+    """The tensor a view shares its storage with, and the call that split it into several views, if one did
+    (`h.chunk(2)`: changing one of those in place raises at once while `h` requires grad)."""
+
+    base: cst.BaseExpression
+    split: cst.Call | None
 
 
 class Graphs:
@@ -196,6 +208,35 @@ class Graphs:
                 pending.extend((inner, definition) for inner in self.operands(definition.value))
         return found
 
+    def view_base(self, target: cst.BaseExpression, at: cst.CSTNode) -> View | None:
+        """The tensor whose storage `target` shares at statement `at`, when `target` is a view of another one: `h`
+        for `h[:, :4]`, `h.t()`, `top` bound from `h[:, :4]`, or `a` of `a, b = h.chunk(2)`; None otherwise."""
+        node, statement, moved = target, at, False
+        split: cst.Call | None = None
+        for _ in range(MAX_DEPTH):
+            inner = _viewed(node)
+            if inner is not None:
+                node, moved = inner, True
+                continue
+            key = dotted_name(node)
+            definitions = self.origins.definitions(key, statement) if key is not None else ()
+            if len(definitions) != 1:
+                break
+            (definition,) = definitions
+            value = definition.value
+            if definition.binding is Binding.ASSIGN and _viewed(value) is not None:
+                node, statement = value, definition.node
+            elif (
+                definition.binding is Binding.UNPACK
+                and isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in MULTI_VIEWS
+            ):
+                node, statement, moved, split = value.func.value, definition.node, True, value
+            else:
+                break
+        return View(node, split) if moved and dotted_name(node) is not None else None
+
     def saved_for_backward(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
         key = dotted_name(target)
@@ -278,6 +319,15 @@ def _saves_output(value: cst.BaseExpression) -> bool:
             return False
         value = value.func.value  # a view of a saved output shares its storage
     return False
+
+
+def _viewed(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What `node` is a view of: `h` for `h[0]`, `h[:, 1:]`, `h.view(-1)`, `h.t()`; None for anything else."""
+    if isinstance(node, cst.Subscript) and _is_view_index(node):
+        return node.value
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEWS:
+        return node.func.value
+    return None
 
 
 def _of_self(func: cst.BaseExpression) -> bool:
