@@ -18,7 +18,9 @@ class DetachedLossTerm(Rule):
 
     Why is this bad?
     `.detach()`, `.item()`, `.data`, `float(t)`, `.numpy()`, `.tolist()` and copying
-    tensors into `torch.tensor(...)` drop autograd history. A term cut this way and added
+    tensors into `torch.tensor(...)` drop autograd history, and so does computing a term
+    inside `with torch.no_grad():` (a hint loss written in the teacher's `no_grad` block;
+    the teacher's output used as a criterion's target is fine). A term cut this way and added
     to a loss whose other terms still have a gradient changes the loss value that is
     printed, but contributes nothing to `backward()`: the adversarial, auxiliary or
     regularization term it stands for trains nothing, and no error says so.
@@ -100,7 +102,11 @@ class DetachedLossTerm(Rule):
         for cut in cuts:
             if cut.operation not in reported:
                 reported.add(cut.operation)
-                named = f"`{self.analysis.code(cut.operation)}` cuts this term from the graph"
+                if isinstance(cut.operation, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                    computed = self.analysis.code(_bound(cut.operation))
+                    named = f"`{computed}` is computed under torch.no_grad(), which cuts this term from the graph"
+                else:
+                    named = f"`{self.analysis.code(cut.operation)}` cuts this term from the graph"
                 related = [(loss.at, note.format(self.analysis.code(loss.value)))]
                 self.report(cut.operation, f"{named}, {consequence}", related=related)
 
@@ -155,3 +161,8 @@ def _returned_losses(value: cst.BaseExpression) -> list[cst.BaseExpression]:
     # Ex) return loss  /  return next_frames, loss: a value named as a loss, for the caller to backpropagate
     values = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
     return [item for item in values if isinstance(item, cst.Name) and "loss" in item.value.lower()]
+
+
+def _bound(statement: cst.Assign | cst.AnnAssign | cst.AugAssign) -> cst.BaseExpression:
+    """What an assignment binds: its (first) target."""
+    return statement.targets[0].target if isinstance(statement, cst.Assign) else statement.target

@@ -16,7 +16,7 @@ from itertools import product
 
 import libcst as cst
 
-from gradlint.analysis.facts.lineage import Lineage, Lineages
+from gradlint.analysis.facts.lineage import Lineage, Lineages, criterion_sides
 from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
@@ -184,7 +184,9 @@ class LossTerms:
         helper = self._helper(node)
         if helper is not None:
             return self._blame_returns(helper, seen, depth)
-        for child in _operands(node):
+        # A criterion's target side holds no term of the loss: a teacher's output computed under no_grad is fine.
+        criterion = isinstance(node, cst.Call) and self.lineages.is_criterion_call(node)
+        for child in criterion_sides(node)[0] if isinstance(node, cst.Call) and criterion else _operands(node):
             found = self._blame(child, at, seen, depth + 1)
             if found is not None:
                 return found
@@ -197,6 +199,9 @@ class LossTerms:
             return None
         for definition in self.origins.definitions(key, at):
             if definition.binding in (Binding.ASSIGN, Binding.AUGMENT, Binding.UNPACK):
+                context = self.collected.contexts.get(definition.node)
+                if context is not None and context.no_grad and self._had_history(definition.value, definition.node):
+                    return definition.node  # Ex) with torch.no_grad(): aux = head(features): computed without history
                 found = self._blame(definition.value, definition.node, seen | {(key, at)}, depth + 1)
                 if found is not None:
                     return found
