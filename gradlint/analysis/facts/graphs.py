@@ -353,12 +353,9 @@ def _is_view_index(node: cst.Subscript) -> bool:
 
 def _refers_to(node: cst.BaseExpression, key: str) -> bool:
     # The tensor itself or a view of it: h, h[0], h.view(-1), h.t() (not a copy: h[mask])
-    while True:
-        if dotted_name(node) == key:
+    viewed: cst.BaseExpression | None = node
+    while viewed is not None:
+        if dotted_name(viewed) == key:
             return True
-        if isinstance(node, cst.Subscript) and _is_view_index(node):
-            node = node.value
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEWS:
-            node = node.func.value
-        else:
-            return False
+        viewed = _viewed(viewed)
+    return False

@@ -21,7 +21,12 @@ from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Kind
-from gradlint.analysis.facts.values import DETACHING_METHODS, NON_GRAD_ATTRIBUTES, NON_GRAD_TORCH, VALUES_AND_INDICES
+from gradlint.analysis.facts.values import (
+    DETACHING_METHODS,
+    NON_GRAD_ATTRIBUTES,
+    NON_GRAD_TORCH,
+    values_and_indices_source,
+)
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name
 
@@ -42,7 +47,6 @@ TENSOR_METHODS = frozenset(
     {"softmax", "log_softmax", "sigmoid", "tanh", "exp", "log", "sum", "mean", "view", "reshape", "squeeze",
      "unsqueeze", "gather", "clamp", "transpose", "permute", "contiguous", "flatten", "pow", "abs", "norm"}
 )  # fmt: skip
-# `values, indices = out.max(1)`: the second result is an index tensor.
 FUNCTIONAL_LOSSES = re.compile(
     r".*_loss|cross_entropy|binary_cross_entropy(_with_logits)?|kl_div|nll_loss|ctc_loss|poisson_nll_loss"
 )
@@ -263,7 +267,7 @@ class Lineages:
             return NONE
         if isinstance(node, cst.Attribute) and node.attr.value == "data":
             return self._trace(node.value, at, bindings, depth).cut_by(node)
-        reduced = _indexed_reduction_source(node.value) if isinstance(node, cst.Attribute) else None
+        reduced = values_and_indices_source(node.value) if isinstance(node, cst.Attribute) else None
         if reduced is not None and isinstance(node, cst.Attribute) and node.attr.value == "indices":
             return self._trace(reduced, at, bindings, depth).cut_by(node)  # out.max(dim=1).indices
         if isinstance(node, cst.Attribute) and node.attr.value in NON_GRAD_ATTRIBUTES:
@@ -331,7 +335,7 @@ class Lineages:
             zipped = _zipped_iterable(definition, key)
             if zipped is not None:
                 # Ex) for log_prob, value in zip(log_probs, values): `value` is an item of `values`
-                return self._trace_loop_item(zipped, at, bindings, depth) if zipped is not ZIP_INDEX else NONE
+                return self._trace_loop_item(zipped, at, bindings, depth)
             return self._trace_loop_item(definition.value, at, bindings, depth)
         value = self._trace(definition.value, at, bindings, depth + 1)
         if definition.binding is Binding.AUGMENT:
@@ -354,7 +358,7 @@ class Lineages:
         index = _unpacked_index(definition.node, key)
         if isinstance(value, (cst.Tuple, cst.List)) and index is not None and index < len(value.elements):
             return self._trace(value.elements[index].value, at, bindings, depth + 1)
-        reduced = _indexed_reduction_source(value)
+        reduced = values_and_indices_source(value)
         if reduced is not None and index == 1:
             # Ex) _, predicted = torch.max(outputs, 1)
             return self._trace(reduced, at, bindings, depth + 1).cut_by(value)
@@ -426,7 +430,7 @@ class Lineages:
         )
 
     def _trace_subscript(self, node: cst.Subscript, at: cst.CSTNode, bindings: Bindings, depth: int) -> Lineage:
-        reduced = _indexed_reduction_source(node.value)
+        reduced = values_and_indices_source(node.value)
         first = node.slice[0].slice if node.slice else None
         if reduced is not None and isinstance(first, cst.Index) and _is_one(first.value):
             # Ex) out.max(1)[1]: the indices of the maxima
@@ -621,8 +625,8 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
 
 # How a list is filled, and which argument is the item (`insert(i, v)`).
 LIST_FILLERS = {"append": 0, "extend": 0, "insert": 1}
-# The index `enumerate` pairs an item with: a number, with no history.
-ZIP_INDEX: cst.BaseExpression = cst.Name("enumerate")
+# What `enumerate` counts with: numbers, with no history.
+COUNTER: cst.BaseExpression = cst.Integer("0")
 
 
 def _builds_list(definition: Definition, key: str) -> bool:
@@ -642,7 +646,7 @@ def _builds_list(definition: Definition, key: str) -> bool:
 
 def _zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | None:
     """For `key` in the tuple target of `for a, b in zip(xs, ys)`, the iterable its items come from (`ys` for
-    `b`); `ZIP_INDEX` for the index of `for i, x in enumerate(xs)`; None for any other loop."""
+    `b`); a number for the index of `for i, x in enumerate(xs)`; None for any other loop."""
     loop, iterable = definition.node, definition.value
     if not isinstance(loop, cst.For) or not isinstance(loop.target, (cst.Tuple, cst.List)):
         return None
@@ -655,7 +659,7 @@ def _zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | N
     if iterable.func.value == "zip" and len(arguments) == len(loop.target.elements):
         return arguments[index]
     if iterable.func.value == "enumerate" and len(loop.target.elements) == 2 and arguments:
-        return ZIP_INDEX if index == 0 else arguments[0]
+        return COUNTER if index == 0 else arguments[0]
     return None
 
 
@@ -669,16 +673,6 @@ def _unpacked_index(statement: cst.CSTNode, key: str) -> int | None:
                 if dotted_name(element.value) == key:
                     return index
     return None
-
-
-def _indexed_reduction_source(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """`out` in `out.max(1)` or `torch.max(out, 1)`: a reduction that also returns indices."""
-    if not isinstance(node, cst.Call) or last_name(node.func) not in VALUES_AND_INDICES:
-        return None
-    arguments = [arg.value for arg in node.args]
-    if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) not in ("torch",):
-        return node.func.value if arguments else None
-    return arguments[0] if len(arguments) >= 2 else None
 
 
 def _is_one(node: cst.BaseExpression) -> bool:

@@ -184,9 +184,11 @@ class LossTerms:
         helper = self._helper(node)
         if helper is not None:
             return self._blame_returns(helper, seen, depth)
-        # A criterion's target side holds no term of the loss: a teacher's output computed under no_grad is fine.
-        criterion = isinstance(node, cst.Call) and self.lineages.is_criterion_call(node)
-        for child in criterion_sides(node)[0] if isinstance(node, cst.Call) and criterion else _operands(node):
+        operands = _operands(node)
+        if isinstance(node, cst.Call) and self.lineages.is_criterion_call(node):
+            # A criterion's target side holds no term of the loss: a teacher's output under no_grad is fine.
+            operands = criterion_sides(node)[0]
+        for child in operands:
             found = self._blame(child, at, seen, depth + 1)
             if found is not None:
                 return found

@@ -57,12 +57,12 @@ NON_GRAD_BUILTINS = frozenset(
         "hash",
     }
 )
-# torch functions whose result has no graph whatever their inputs.
 # Reductions and orderings that, given a dimension, return (values, indices): the values keep the
 # input's graph, the indices are integers and have none (`_, predicted = torch.max(logits, 1)`).
 VALUES_AND_INDICES = frozenset(
     {"max", "min", "median", "nanmedian", "mode", "sort", "topk", "kthvalue", "cummax", "cummin"}
 )
+# torch functions whose result has no graph whatever their inputs.
 NON_GRAD_TORCH = frozenset(
     {
         "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
@@ -159,22 +159,14 @@ class GradValues:
         return [True] + [None] * (count - 1)
 
     def _values_and_indices(self, call: cst.Call, env: Env, scope: Scope) -> bool | None:
-        """Whether the values of a (values, indices) pair carry a graph; None when `call` returns no such pair.
-
-        `torch.max(x, 1)`, `x.max(dim=1)`, `torch.sort(x)`, `x.topk(k)`; `torch.max(x)` is one tensor."""
-        func = call.func
-        name = last_name(func) or ""
-        if name not in VALUES_AND_INDICES:
+        """Whether the values of a (values, indices) pair carry a graph; None when `call` returns no such pair."""
+        source = values_and_indices_source(call)
+        if source is None:
             return None
-        qualified = self.roles.imports.resolve(func) or ""
-        if qualified.startswith("torch."):
-            if len(call.args) < (1 if name in ("sort", "cummax", "cummin") else 2):
-                return None
-            return self.evaluate(call.args[0].value, env, scope)
-        if not isinstance(func, cst.Attribute) or (name in ("max", "min", "median", "nanmedian") and not call.args):
-            return None
-        receiver = self.evaluate(func.value, env, scope)
-        return True if receiver else None  # a tensor with a graph; anything else is not known to be a tensor
+        carries = self.evaluate(source, env, scope)
+        if isinstance(call.func, cst.Attribute) and source is call.func.value:
+            return True if carries else None  # a method of a tensor with a graph; anything else may be no tensor
+        return carries
 
     def evaluate(self, node: cst.BaseExpression, env: Env, scope: Scope) -> bool:
         """Whether `node` carries a graph under `env` in `scope`."""
@@ -391,3 +383,13 @@ class _Walker(ForwardWalk[bool]):
         key = dotted_name(target)
         if key is not None:
             self.env = {**self.env, key: grad}
+
+
+def values_and_indices_source(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`out` in `out.max(1)` or `torch.max(out, 1)`: a reduction that also returns indices."""
+    if not isinstance(node, cst.Call) or last_name(node.func) not in VALUES_AND_INDICES:
+        return None
+    arguments = [arg.value for arg in node.args]
+    if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) not in ("torch",):
+        return node.func.value if arguments else None
+    return arguments[0] if len(arguments) >= 2 else None

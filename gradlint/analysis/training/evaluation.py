@@ -99,6 +99,7 @@ class Evaluation:
         self.callers = callers
         self.forwards = ForwardCalls(collected, roles, events)
         self._exits: dict[Region, list[int]] = {}
+        self._tries: dict[Scope, dict[cst.ExceptHandler, cst.Try]] = {}  # the `try` of each `except`, per scope
 
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
@@ -329,20 +330,23 @@ class Evaluation:
     def _retries_with_gradients(self, call: cst.Call) -> bool:
         """Whether `call` runs in an `except` handler whose `try` ran a forward under no_grad: the retry runs
         only when that failed (a model that needs autograd in its forward), so it records on purpose."""
-        handlers = [node for node in self.collected.contexts[call].ifs if isinstance(node, cst.ExceptHandler)]
+        context = self.collected.contexts[call]
+        handlers = [node for node in context.ifs if isinstance(node, cst.ExceptHandler)]
         if not handlers:
             return False
-        scope = self.collected.contexts[call].scope
-        for attempt in (node for node in descendants(scope) if isinstance(node, cst.Try)):
-            if any(handler in attempt.handlers for handler in handlers) and any(
-                isinstance(inner, cst.Call)
-                and inner in self.collected.contexts
-                and self.collected.contexts[inner].no_grad
-                and self.forwards.is_forward(inner)
-                for inner in descendants(attempt.body)
-            ):
-                return True
-        return False
+        if context.scope not in self._tries:
+            found = (node for node in descendants(context.scope) if isinstance(node, cst.Try))
+            self._tries[context.scope] = {handler: attempt for attempt in found for handler in attempt.handlers}
+        tries = self._tries[context.scope]
+        attempts = [tries[handler] for handler in handlers if handler in tries]
+        return any(
+            isinstance(inner, cst.Call)
+            and inner in self.collected.contexts
+            and self.collected.contexts[inner].no_grad
+            and self.forwards.is_forward(inner)
+            for attempt in attempts
+            for inner in descendants(attempt.body)
+        )
 
     def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
         """The forward pass a same-module helper that `call` runs makes with autograd recording (`self._eval_step(
