@@ -32,6 +32,11 @@ EFFECT = re.compile(
     rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|True\b|False\b|mode\b)"
     rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
 )
+# A method that adds onto or appends to an attribute of its object (`self.sum += val`,
+# `self.values[key].append(val)`): it may keep what a caller passes it (`facts.keeping`).
+KEEPS = re.compile(
+    rb"self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
+)
 # Functions whose name says their result is a loss or a model's output: their summary says what they return.
 RETURNS_GRAPH = re.compile(r"loss|criterion|objective|forward|_step$|^step$")
 MAX_OUTLINE_BYTES = 2 << 20
@@ -69,6 +74,7 @@ class FunctionOutline:
     varkw: str | None = None  # the name of `**kwargs`
     maybe_effects: bool = False
     calls: tuple[Ref, ...] = ()
+    maybe_keeps: bool = False  # a method whose code may keep an argument on its object
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,7 @@ class ModuleOutline:
                     varkw=span.varkw,
                     maybe_effects=_effects(code),
                     calls=self._calls(code, span.owner),
+                    maybe_keeps=span.owner is not None and KEEPS.search(_STRINGS.sub(b"", code)) is not None,
                 )
             else:
                 return None
@@ -758,6 +765,11 @@ class Outlines:
         return frozenset(found)
 
     def analysed(self, module: str, qualname: str) -> bool:
-        """Whether the function deserves a LibCST summary: it may affect gradients, or its name says it computes a
-        loss or runs a forward or training step, whose returned value a caller may keep or backpropagate."""
-        return self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None
+        """Whether the function deserves a LibCST summary: it may affect gradients, its name says it computes a
+        loss or runs a forward or training step, whose returned value a caller may keep or backpropagate, or it is
+        a method that may keep what it is passed."""
+        if self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None:
+            return True
+        found = self.outline(module)
+        function = found.function(qualname) if found is not None else None
+        return function is not None and function.maybe_keeps

@@ -12,6 +12,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 SUFFIX = ".py"
+# Files that mark the top of a project: a namespace package (a directory without `__init__.py`) is imported from
+# the directory that holds them, where its scripts run.
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# How far above a root a namespace package's directory is looked for, lacking a marker.
+MAX_OUTER_LEVELS = 3
 
 
 class Project:
@@ -21,6 +26,7 @@ class Project:
         self.roots: list[Path] = []
         self._located: dict[str, Path | None] = {}
         self._names: dict[Path, tuple[Path, str]] = {}
+        self._searched: list[Path] | None = None
         for root in roots:
             self.add_root(root)
 
@@ -30,6 +36,7 @@ class Project:
         if root not in self.roots:
             self.roots.append(root)
             self._located.clear()
+            self._searched = None
 
     def add_file(self, path: Path) -> str:
         """Make the roots of `path` known and return its dotted module name."""
@@ -60,15 +67,36 @@ class Project:
         if (
             head
             and self.locate(head) is None
-            and not any(os.path.isdir(os.path.join(root, *head.split("."))) for root in self.roots)
+            and not any(os.path.isdir(os.path.join(root, *head.split("."))) for root in self._search_roots())
         ):
             return None  # Ex) torch.cat: no directory torch/cat, and the parent decides the rest
-        for root in self.roots:
+        for root in self._search_roots():
             base = os.path.join(root, *parts)
             for candidate in (base + SUFFIX, os.path.join(base, "__init__.py")):
                 if os.path.isfile(candidate):
                     return Path(candidate)
         return None
+
+    def _search_roots(self) -> list[Path]:
+        """The roots, then the directories above them (`_outer_roots`)."""
+        if self._searched is None:
+            self._searched = [*self.roots, *self._outer_roots()]
+        return self._searched
+
+    def _outer_roots(self) -> list[Path]:
+        """The directories above the roots, up to the project's top (a `PROJECT_MARKERS` file) or
+        `MAX_OUTER_LEVELS` up: where a script runs that imports `runners.misc` from a directory `runners/` that
+        has no `__init__.py` (a namespace package)."""
+        found: dict[Path, None] = {}
+        for root in self.roots:
+            directory = root
+            for _ in range(MAX_OUTER_LEVELS):
+                if any((directory / marker).exists() for marker in PROJECT_MARKERS) or directory.parent == directory:
+                    break
+                directory = directory.parent
+                if directory not in self.roots:
+                    found[directory] = None
+        return list(found)
 
 
 def module_name(path: Path) -> tuple[Path, str]:

@@ -920,3 +920,92 @@ class BaseTrainer:
         },
     )
     assert {row for row in codes(tmp_path) if row[2] == "GL011"} == expected
+
+
+METERS = """\
+    class AverageMeter:
+        def __init__(self):
+            self.sum = 0
+            self.count = 0
+
+        def update(self, val, n=1):
+            self.sum += val * n
+            self.count += n
+
+
+    class PerHead:
+        def __init__(self, heads):
+            self._sum = [0] * heads
+
+        def update(self, values):
+            for index, value in enumerate(values):
+                self._sum[index] += value
+
+
+    class Collector:
+        def __init__(self):
+            self.statistics = {}
+
+        def __setitem__(self, key, value):
+            self.statistics.setdefault(key, []).append(value)
+
+
+    class FloatMeter:
+        def __init__(self):
+            self.sum = 0.0
+
+        def update(self, val):
+            self.sum += float(val)
+
+        def __setitem__(self, key, value):
+            self.last = value
+"""
+
+
+def test_a_method_of_another_module_that_keeps_its_argument_keeps_the_graph(tmp_path: Path) -> None:
+    # Each object keeps what it is given in an attribute of its own, defined in another module (a namespace
+    # package: `utils/` has no __init__.py): every step's graph stays referenced. A meter that keeps a float, or
+    # a `__setitem__` that overwrites, keeps nothing.
+    write(
+        tmp_path,
+        {
+            "setup.py": "",
+            "utils/meters.py": METERS,
+            "train/loop.py": """\
+                import torch
+                import torch.nn.functional as F
+                from utils.meters import AverageMeter, Collector, FloatMeter, PerHead
+
+
+                def fit(model, loader):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    meter, heads, stats, floats = AverageMeter(), PerHead(2), Collector(), FloatMeter()
+                    for inputs, targets in loader:
+                        optimizer.zero_grad()
+                        out = model(inputs)
+                        loss = F.cross_entropy(out, targets)
+                        aux = out.pow(2).mean()
+                        (loss + aux).backward()
+                        optimizer.step()
+                        meter.update(loss, inputs.size(0))
+                        heads.update([loss, aux])
+                        stats["loss"] = loss
+                        floats.update(loss)
+                        floats["loss"] = loss
+                        meter.update(loss.item(), inputs.size(0))
+            """,
+        },
+    )
+    found = lint_paths([tmp_path / "train"], Config(root=tmp_path, select=frozenset({"GL001"}), preview=True))
+    assert [(d.line, d.message.split(" keeps ")[0]) for d in found] == [
+        (16, "`meter`"),
+        (17, "`heads`"),
+        (18, "`stats`"),
+    ]
+    summary = summarize_module(textwrap.dedent(METERS))
+    assert summary is not None
+    assert summary.functions["AverageMeter.update"].keeps == (("n", "sum"), ("val", "sum"))
+    assert summary.functions["PerHead.update"].keeps == (("values", "_sum"),)
+    assert summary.functions["Collector.__setitem__"].keeps == (("value", "statistics"),)
+    assert summary.functions["FloatMeter.update"].keeps == ()
+    assert from_data(to_data(summary)) == summary

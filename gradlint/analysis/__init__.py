@@ -12,6 +12,7 @@ from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.dtypes import TensorDtypes
 from gradlint.analysis.facts.graphs import Graphs
+from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
 from gradlint.analysis.facts.lineage import Lineages
 from gradlint.analysis.facts.mutations import Mutations
@@ -19,7 +20,7 @@ from gradlint.analysis.facts.nograd import NoGradValues
 from gradlint.analysis.facts.origins import Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.shapes import Shapes
-from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, arguments_of
 from gradlint.analysis.facts.tensors import TensorProofs
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.project.program import Callee, ModuleProgram
@@ -249,6 +250,24 @@ class ModuleAnalysis:
         if self.roles.role(value) is Role.MODEL:
             value = cst.Call(cst.Attribute(value, cst.Name("parameters")))
         return self.leaves.held(value, at) is not Held.OTHER
+
+    def kept_by(self, call: cst.Call, at: cst.CSTNode) -> list[tuple[cst.BaseExpression, str]]:
+        """The arguments that the project method `call` runs keeps on its object (`facts.keeping`), each with the
+        attribute that holds it: `meter.update(loss, n)`, whose `update` runs `self.sum += val * n` in this module
+        or in another, keeps `loss` in `sum`. `at`: the statement of the call."""
+        method = self.events.resolve_instance_method(call)
+        if method is not None:
+            given = arguments_of(method, call)
+            kept = kept_parameters(self.collected, self.values, method)
+        elif self.program is not None:
+            callee = self.program.callee_of(call, self.context(at), self.events)
+            if callee is None or not callee.summary.method:
+                return []
+            given = self.program.binding(call, callee)
+            kept = callee.summary.keeps
+        else:
+            return []
+        return [(given[param], attribute) for param, attribute in kept if param in given]
 
     @cached_property
     def graphs(self) -> Graphs:

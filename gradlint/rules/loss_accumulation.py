@@ -6,11 +6,11 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.facts.frameworks import backpropagated_returns
+from gradlint.analysis.facts.keeping import CONTAINER_METHODS
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
 
-CONTAINER_METHODS = frozenset({"append", "extend", "insert"})
 # Calls that accept a float as well as a one-element tensor: what `.item()` may feed.
 LOGGING_CALLS = frozenset(
     {"print", "log", "info", "debug", "warning", "write", "add_scalar", "set_postfix", "set_description", "echo"}
@@ -29,7 +29,11 @@ class LossAccumulation(Rule):
     `loss.detach()` (a tensor without history) for logging. Storing each step's loss by
     index into a list or dict made before the loop (`history[step] = loss`, the index
     counting the iterations) keeps the graphs the same way; a fixed window
-    (`recent[step % k] = loss`) does not grow.
+    (`recent[step % k] = loss`) does not grow. Handing the loss to an object whose method
+    keeps it (a meter's `update(val, n)` running `self.sum += val * n`, a statistics
+    collector whose `__setitem__` appends to a list per key) keeps the graphs as well,
+    wherever in the project that class is defined; a method that keeps `float(val)` or
+    `val.item()` keeps none.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
@@ -38,8 +42,10 @@ class LossAccumulation(Rule):
     no graph.
 
     Known problems
-    Values returned by functions of other modules are assumed to carry no graph. An
-    index store inside a tuple target (`history[i], cost = step()`) is not followed.
+    An object whose class cannot be proven (a parameter without an annotation) is not
+    followed into its methods. A value returned by a function of another module carries
+    a graph only where that function's summary shows it. An index store inside a tuple
+    target (`history[i], cost = step()`) is not followed.
 
     Fix safety
     Safe, and offered only on proof. `.detach()` is appended only to a value the source
@@ -92,6 +98,13 @@ class LossAccumulation(Rule):
             # Ex) losses[step] = loss: a new entry every iteration, as `losses.append(loss)` makes
             if self._indexed_per_iteration(target, node):
                 self._check(node, _container_key(target), node.value)
+            elif len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+                # Ex) stats["loss"] = loss, where the class's `__setitem__` appends to a list per key
+                setitem = cst.Call(
+                    cst.Attribute(target.value, cst.Name("__setitem__")),
+                    [cst.Arg(target.slice[0].slice.value), cst.Arg(node.value)],
+                )
+                self._check_kept(node, setitem)
             return
         key = dotted_name(node.targets[0].target)
         added = _added_to(node.value, key) if key else None
@@ -106,12 +119,8 @@ class LossAccumulation(Rule):
         if call.func.attr.value in CONTAINER_METHODS:
             self._check(node, _container_key(call.func.value), call.args[-1].value)
             return
-        # Ex) meter.update(loss, n) with `def update(self, val, n): self.sum += val * n`
-        kept = self._kept_by_method(call, node)
-        if kept is not None:
-            container = _container_key(call.func.value)
-            value, attribute = kept
-            self._check(node, container, value, f"{container}.{attribute}" if container else None)
+        # Ex) meter.update(loss, n) with `def update(self, val, n): self.sum += val * n`, here or in another module
+        self._check_kept(node, call)
 
     def _indexed_per_iteration(self, target: cst.Subscript, statement: cst.Assign) -> bool:
         """Whether the index counts the iterations of an enclosing loop (`i`, `i + 1`; not `i % k`, a ring)."""
@@ -125,21 +134,14 @@ class LossAccumulation(Rule):
         loops = self.analysis.context(statement).loops
         return isinstance(index, cst.Name) and self.analysis.accumulations.is_counter(index, loops)
 
-    def _kept_by_method(self, call: cst.Call, statement: cst.Expr) -> tuple[cst.BaseExpression, str] | None:
-        """The graph-carrying argument a same-module method adds or appends to an attribute of its object,
-        and that attribute (`sum` for `self.sum += val * n`)."""
-        method = self.analysis.events.resolve_instance_method(call)
-        if method is None:
-            return None
-        params = [param.name.value for param in method.params.params][1:]  # after self
-        bound = {name: arg.value for name, arg in zip(params, call.args, strict=False) if arg.keyword is None}
-        bound.update({arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None})
-        for inner in self.analysis.collected.statements_in_scope(method):
-            kept = _kept_names(inner)
-            for name, value in bound.items():
-                if name in kept and self.analysis.is_grad(value, statement):
-                    return value, kept[name]
-        return None
+    def _check_kept(self, statement: cst.BaseSmallStatement, call: cst.Call) -> None:
+        """Report a graph-carrying argument that the method `call` runs keeps on its object."""
+        assert isinstance(call.func, cst.Attribute)
+        container = _container_key(call.func.value)
+        for value, attribute in self.analysis.kept_by(call, statement):
+            if self.analysis.is_grad(value, statement):
+                self._check(statement, container, value, f"{container}.{attribute}" if container else None)
+                return
 
     def _check(
         self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression, store: str | None = None
@@ -306,22 +308,3 @@ def _container_key(node: cst.BaseExpression) -> str | None:
     while isinstance(node, cst.Subscript):
         node = node.value
     return dotted_name(node)
-
-
-def _kept_names(statement: cst.BaseSmallStatement) -> dict[str, str]:
-    """Names a method keeps on `self`, and the attribute: `self.sum += val * n`, `self.values.append(val)`."""
-    if (
-        isinstance(statement, cst.AugAssign)
-        and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign))
-        and (target := dotted_name(statement.target) or "").startswith("self.")
-    ):
-        return dict.fromkeys(names_in(statement.value), target[len("self.") :])
-    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-        call = statement.value
-        if (
-            isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in CONTAINER_METHODS
-            and (container := dotted_name(call.func.value) or "").startswith("self.")
-        ):
-            return {name: container[len("self.") :] for arg in call.args for name in names_in(arg.value)}
-    return {}

@@ -15,6 +15,7 @@ from typing import Any
 
 import libcst as cst
 
+from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import ITERABLE_WRAPPERS, parameters_holder
 from gradlint.analysis.facts.roles import Role
 from gradlint.analysis.facts.steps import Kind, runs_when_off, updates_by_hand
@@ -89,6 +90,7 @@ class FunctionSummary:
     analysed: bool = True  # False: built from the outline alone, so what it returns is unknown
     varargs: str | None = None  # the name of `*args`, which takes positional arguments beyond `params`
     varkw: str | None = None  # the name of `**kwargs`, which takes keywords that name no parameter
+    keeps: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a method adds it onto or appends it to
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
             method=item["method"],
             varargs=item["varargs"],
             varkw=item["varkw"],
+            keeps=tuple((param, attribute) for param, attribute in item["keeps"]),
         )
         for name, item in data["functions"].items()
     }
@@ -185,6 +188,9 @@ class _Summarizer:
             method=function in self.collected.owners,
             varargs=_star_name(function.params.star_arg),
             varkw=_star_name(function.params.star_kwarg),
+            keeps=kept_parameters(self.collected, self.analysis.values, function)
+            if function in self.collected.owners
+            else (),
         )
 
     def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:

@@ -1,0 +1,92 @@
+"""What a method keeps: arguments it stores on its object, where they outlive the call.
+
+A meter's `update(self, val, n)` that runs `self.sum += val * n`, a history's
+`add(self, value)` that appends to `self.values`, a statistics collector whose
+`__setitem__` appends to a list per key: whatever a caller passes them stays referenced
+by the object after the call returns. The fact is read from the method's own code, so
+it travels in the method's summary to callers in other modules.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradlint.analysis.facts.values import GradValues
+from gradlint.analysis.syntax.collect import Collected
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.refs import all_params
+
+# Methods that add their argument to the container they are called on.
+CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
+# Calls on a container attribute that hand back one of its entries: `self.data.setdefault(key, [])`.
+ENTRY_METHODS = frozenset({"setdefault", "get"})
+# Iterables that hand out their argument's items: `for i, value in enumerate(values)`.
+ITEM_WRAPPERS = frozenset({"enumerate", "list", "tuple", "reversed"})
+
+
+def kept_parameters(collected: Collected, values: GradValues, function: cst.FunctionDef) -> tuple[tuple[str, str], ...]:
+    """(parameter, attribute) for each parameter whose graph `function` adds onto or appends to an attribute of
+    `self`: `self.sum += val * n` keeps `val` in `sum` (not `self.sum += val.item()`, nor `float(val)`);
+    `self._sum[i] += v` inside `for i, v in enumerate(values)` keeps `values` in `_sum`;
+    `self.data.setdefault(key, []).append(value)` keeps `value` in `data`."""
+    params = all_params(function) - {"self", "cls"}
+    if not params:
+        return ()
+    items = _loop_items(collected, function, params)
+    found: dict[str, str] = {}
+    for statement in collected.statements_in_scope(function):
+        for kept, attribute in kept_values(statement):
+            for param in sorted(params - set(found)):
+                carried = {param: True} | {item: True for item, source in items.items() if source == param}
+                if values.evaluate(kept, carried, function):
+                    found[param] = attribute
+    return tuple(found.items())
+
+
+def kept_values(statement: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, str]]:
+    """What a statement adds onto or appends to an attribute of `self`, with the attribute: `val * n` in `sum`
+    for `self.sum += val * n`, `val` in `values` for `self.values.append(val)` or `self.values[key].append(val)`."""
+    if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign)):
+        attribute = _self_attribute(statement.target)
+        return [(statement.value, attribute)] if attribute is not None else []
+    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        call = statement.value
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in CONTAINER_METHODS:
+            attribute = _self_attribute(call.func.value)
+            if attribute is not None:
+                return [(arg.value, attribute) for arg in call.args]
+    return []
+
+
+def _self_attribute(target: cst.BaseExpression) -> str | None:
+    """`sum` for `self.sum`, `self.sum[i]` or `self.data.setdefault(key, [])`: the attribute of `self` that
+    holds what the statement adds to."""
+    while True:
+        if isinstance(target, cst.Subscript):
+            target = target.value
+        elif (
+            isinstance(target, cst.Call)
+            and isinstance(target.func, cst.Attribute)
+            and target.func.attr.value in ENTRY_METHODS
+        ):
+            target = target.func.value
+        else:
+            break
+    key = dotted_name(target) or ""
+    return key[len("self.") :] if key.startswith("self.") and key.count(".") == 1 else None
+
+
+def _loop_items(collected: Collected, function: cst.FunctionDef, params: frozenset[str]) -> dict[str, str]:
+    """Loop variables of `function` that take the items of a parameter: `v` in `for i, v in enumerate(values)`."""
+    items: dict[str, str] = {}
+    for loop in collected.loops:
+        if not isinstance(loop, cst.For) or collected.contexts[loop].scope is not function:
+            continue
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITEM_WRAPPERS and len(iterable.args) == 1:
+            iterable = iterable.args[0].value
+        source = dotted_name(iterable)
+        if source in params:
+            for name in names_in(loop.target):
+                items.setdefault(name, source)
+    return items
