@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from gradlint.analysis import Kind, ModuleAnalysis, analyze
-from gradlint.analysis.facts.branches import negates
+from gradlint.analysis.facts.branches import fixed_tests, negates
 from gradlint.analysis.facts.dtypes import DtypeKind
 
 HEADER = """
@@ -113,6 +113,34 @@ def test_a_name_takes_the_dtype_of_its_latest_assignment() -> None:
 )
 def test_opposite_if_tests(first: str, second: str, opposite: bool) -> None:
     assert negates(cst.parse_expression(first), cst.parse_expression(second)) is opposite
+
+
+@pytest.mark.parametrize(
+    ("body", "fixed"),
+    [
+        # Tested twice, never changed once tested: one value for the whole call.
+        (
+            "args = self.args\nfor x in xs:\n    if args['fp16']:\n        a()\n    if args['fp16']:\n        b()\n",
+            ["args['fp16']"],
+        ),
+        ("for x in xs:\n    if not self.amp:\n        a()\n    if self.amp:\n        b()\n", ["not self.amp"]),
+        (
+            "args['lr'] = 1\nfor x in xs:\n    if args['fp16']:\n        a()\n    if args['fp16']:\n        b()\n",
+            ["args['fp16']"],
+        ),
+        # Changed in the loop, or after the first test, or read through a call: not fixed.
+        ("for x in xs:\n    if warm:\n        a()\n    warm = x > 0\n    if warm:\n        b()\n", []),
+        ("if amp:\n    a()\namp = False\nif amp:\n    b()\n", []),
+        ("if amp():\n    a()\nif amp():\n    b()\n", []),
+        ("for x in xs:\n    if args['fp16']:\n        args['fp16'] = False\n    if args['fp16']:\n        b()\n", []),
+        # Tested once: nothing to pair.
+        ("if amp:\n    a()\n", []),
+    ],
+)
+def test_conditions_tested_twice_and_never_changed_are_fixed(body: str, fixed: list[str]) -> None:
+    analysis = analyze(cst.parse_module("def train(self, xs, amp, warm, args):\n" + textwrap.indent(body, "    ")))
+    function = analysis.collected.functions[0]
+    assert [cst.Module([]).code_for_node(test) for test in fixed_tests(analysis.collected, function)] == fixed
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,14 @@
 """Whether two gradient events can both run in one pass through their training step.
 
 Two events cannot both run when they sit in different branches of one `if` (the body
-and the `else`/`elif` chain), or when the first sits in a branch that ends by leaving
-the step (`return`, `raise`, or `continue`/`break` of the loop both events share).
+and the `else`/`elif` chain), in branches of two `if` statements that test one condition
+the opposite way (`if fp16:` ... `else:`, then `if fp16:` again, or `if not fp16:`), or
+when the first sits in a branch that ends by leaving the step (`return`, `raise`, or
+`continue`/`break` of the loop both events share).
+
+A condition that several `if` statements of a function test, and that nothing in the
+function can change (`args["fp16"]`, `self.use_amp`, a parameter), is *fixed*: it has one
+value for the whole call, every iteration of its loops included (`fixed_tests`).
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis.facts.steps import Event
+from gradlint.analysis.syntax.collect import Collected, Scope
+from gradlint.analysis.syntax.names import dotted_name, names_in
 from gradlint.analysis.syntax.tree import descendants
 
 EXITS = (cst.Return, cst.Raise)
@@ -53,13 +61,12 @@ class Branches:
 
     def _opposite_tests(self, first: Event, second: Event) -> bool:
         # Ex) if use_amp: scaler.step(opt)  ...  if not use_amp: opt.step()
+        # Ex) if use_amp: ... else: opt.step()  ...  if use_amp: scaler.step(opt)
         for one in (node for node in first.ifs if isinstance(node, cst.If) and node not in second.ifs):
             for other in (node for node in second.ifs if isinstance(node, cst.If) and node not in first.ifs):
-                if (
-                    self.branch_of(one, first.node) is one.body
-                    and self.branch_of(other, second.node) is other.body
-                    and negates(one.test, other.test)
-                ):
+                taken = self.branch_of(one, first.node) is one.body
+                other_taken = self.branch_of(other, second.node) is other.body
+                if truth_of(other.test, one.test, taken) is (not other_taken):
                     return True
         return False
 
@@ -75,6 +82,95 @@ class Branches:
         if isinstance(exit_statement, EXITS):
             return True
         return isinstance(exit_statement, LOOP_EXITS) and first.loops == second.loops
+
+
+def truth_of(test: cst.BaseExpression, known: cst.BaseExpression, value: bool) -> bool | None:
+    """The value of `test` where the condition `known` has `value`: the same for the same test, the opposite for
+    its negation; None when they are unrelated."""
+    if test.deep_equals(known):
+        return value
+    return (not value) if negates(test, known) else None
+
+
+def fixed_tests(collected: Collected, scope: Scope) -> list[cst.BaseExpression]:
+    """The conditions that more than one `if` of `scope` tests (the same way or negated) and that nothing in the
+    scope changes once the first of them is tested: built of names, attributes, constant subscripts, `not` and
+    comparisons, with no call (`args["fp16"]`, `self.use_amp`, `scaler is not None`), and bound, if at all, only
+    before the first test and outside the loops around the tests (`args = self.args` at the top; an assignment
+    to another key, `args["warmup_steps"] = ...`, changes nothing). Each has one value for a whole call of
+    `scope`, every iteration of its loops included; one representative per condition, in source order."""
+    nodes = descendants(scope)
+    ifs = [
+        (index, node)
+        for index, node in enumerate(nodes)
+        if isinstance(node, cst.If) and (context := collected.contexts.get(node)) is not None and context.scope is scope
+    ]
+    fixed: list[cst.BaseExpression] = []
+    for position, (index, branch) in enumerate(ifs):
+        test = branch.test
+        if not _pure(test) or any(truth_of(test, known, True) is not None for known in fixed):
+            continue
+        tested = [branch, *(later for _, later in ifs[position + 1 :] if truth_of(later.test, test, True) is not None)]
+        if len(tested) < 2:
+            continue
+        loops = {loop for node in tested for loop in collected.contexts[node].loops}
+        reads = _read_keys(test)
+        if not any(
+            _overlaps(key, reads) and (where > index or loops & set(collected.contexts[statement].loops))
+            for where, statement, key in _bindings(collected, nodes)
+        ):
+            fixed.append(test)
+    return fixed
+
+
+def _bindings(collected: Collected, nodes: list[cst.CSTNode]) -> list[tuple[int, cst.CSTNode, str]]:
+    """(place in `nodes`, statement, key) for every name, attribute or constant entry (`args["lr"]`) bound among
+    `nodes`: assignment and loop targets, `with ... as`, `del`, `:=`."""
+    found: list[tuple[int, cst.CSTNode, str]] = []
+    for index, node in enumerate(nodes):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.Del, cst.NamedExpr)):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName) and isinstance(node.name, cst.BaseExpression):
+            targets = [node.name]
+        if targets and node in collected.contexts:
+            found.extend((index, node, key) for target in targets for key in _bound_keys(target))
+    return found
+
+
+def _bound_keys(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [key for element in target.elements for key in _bound_keys(element.value)]
+    key = _entry(target) or dotted_name(target)
+    return [key] if key is not None else list(names_in(target))
+
+
+def _read_keys(test: cst.BaseExpression) -> set[str]:
+    """The names, attributes and constant entries a test reads."""
+    return set(names_in(test)) | {key for node in descendants(test) if (key := _entry(node)) is not None}
+
+
+def _entry(node: cst.CSTNode) -> str | None:
+    """`args["fp16"]` for a subscript by one constant key of a named container, else None."""
+    if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)):
+        return None
+    index = node.slice[0].slice.value
+    base = dotted_name(node.value)
+    return f"{base}[{index.value}]" if base is not None and isinstance(index, (cst.SimpleString, cst.Integer)) else None
+
+
+def _overlaps(key: str, reads: set[str]) -> bool:
+    """Whether binding `key` changes what reading `reads` gives: the same name, or one holding the other."""
+    if "[" in key:
+        return key in reads
+    return any(name == key or name.startswith(key + ".") or key.startswith(name + ".") for name in reads)
+
+
+def _pure(test: cst.BaseExpression) -> bool:
+    """Whether evaluating `test` twice gives the same value unless a name it reads is rebound: no call."""
+    return not any(isinstance(node, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr)) for node in descendants(test))
 
 
 def negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:

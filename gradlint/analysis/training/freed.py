@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 
 import libcst as cst
 
+from gradlint.analysis.facts.branches import fixed_tests, truth_of
 from gradlint.analysis.facts.forwards import constructs, fetches_module
 from gradlint.analysis.facts.frameworks import backpropagated_returns, hook_methods
 from gradlint.analysis.facts.roles import Role
@@ -45,6 +47,8 @@ Nodes = frozenset[int]
 # Builtins whose result keeps the history of their arguments.
 KEEPING_BUILTINS = frozenset({"sum", "max", "min", "abs"})
 JUMPS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+# How many fixed conditions of one scope are walked each way (2**n walks); the rest merge their arms.
+MAX_FIXED_TESTS = 3
 
 
 @dataclass(frozen=True)
@@ -97,10 +101,14 @@ class FreedGraphs:
         found: dict[cst.CSTNode, Reuse] = {}
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         for scope in filter(self._frees_graphs, scopes):
-            walker = _Walker(self, scope)
-            walker.walk_scope()
-            for reuse in walker.found:
-                found.setdefault(reuse.node, reuse)
+            # One walk for each value of the conditions fixed for a call: the arms of `if fp16:` taken
+            # in one iteration are taken in every other.
+            tests = fixed_tests(self.collected, scope)[:MAX_FIXED_TESTS]
+            for values in product((True, False), repeat=len(tests)):
+                walker = _Walker(self, scope, list(zip(tests, values, strict=True)))
+                walker.walk_scope()
+                for reuse in walker.found:
+                    found.setdefault(reuse.node, reuse)
         return sorted(found.values(), key=lambda reuse: self.collected.order[reuse.node])
 
     def carried_attributes(self, method: cst.FunctionDef) -> frozenset[str]:
@@ -199,13 +207,16 @@ class FreedGraphs:
 class _Walker:
     """One forward pass over a scope's statements (branches merged, loops walked twice)."""
 
-    def __init__(self, graphs: FreedGraphs, scope: Scope) -> None:
+    def __init__(self, graphs: FreedGraphs, scope: Scope, fixed: list[tuple[cst.BaseExpression, bool]]) -> None:
         self.graphs = graphs
         self.scope = scope
+        self.fixed = fixed  # conditions with one value for the whole walk (`branches.fixed_tests`)
         self.found: list[Reuse] = []
         self.counter = 0
         self.outside: dict[str, int] = {}  # a stable node for a value made outside the scope
         self.parameters = _parameters(scope)
+        # A function's own local names that no path has bound yet hold nothing: reading one raises.
+        self.unbound = dict.fromkeys(_locals(graphs.collected, scope) - self.parameters, False)
         self.freed_by: dict[int, cst.CSTNode] = {}
         self.entries: dict[tuple[int, str], int] = {}  # (container's own node, key) -> the entry's node
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
@@ -247,7 +258,13 @@ class _Walker:
             return self.apply(statement, state)
         if isinstance(statement, cst.If):
             when_true, when_false = _refine(statement.test, state)
-            body = self._suite(statement.body, when_true)
+            truth = next(
+                (value for known, given in self.fixed if (value := truth_of(statement.test, known, given)) is not None),
+                None,
+            )
+            body = self._suite(statement.body, when_true) if truth is not False else None
+            if truth is True:
+                return body
             if isinstance(statement.orelse, cst.If):
                 return _merge(body, self.walk_statement(statement.orelse, when_false))
             orelse = self._suite(statement.orelse.body, when_false) if statement.orelse is not None else when_false
@@ -286,7 +303,7 @@ class _Walker:
         # `model.loss(outputs, batch)` returns all run back through the forward pass of `outputs`.
         if not isinstance(loop, cst.For):
             return state
-        flags = {key: bool(nodes) for key, nodes in state.env.items()}
+        flags = self.unbound | {key: bool(nodes) for key, nodes in state.env.items()}
         if not self.graphs.values.evaluate(loop.iter, flags, self.scope):
             return self._bind(loop.target, frozenset(), state)
         container = self._read_nodes(loop.iter, state)
@@ -372,7 +389,7 @@ class _Walker:
         # Besides what `values` knows carries a graph, anything computed from a graph through
         # an operation that keeps history (an unknown layer: `self.model.head(features)`).
         read = self._read_nodes(value, state)
-        flags = {key: bool(nodes) for key, nodes in state.env.items()}
+        flags = self.unbound | {key: bool(nodes) for key, nodes in state.env.items()}
         calls = [item for item in self.graphs.graph_reads(value) if isinstance(item, cst.Call) and not constructs(item)]
         if not read and not any(self.graphs.values.evaluate(call, flags, self.scope) for call in calls):
             return frozenset()
@@ -411,7 +428,7 @@ class _Walker:
             return self._bind(target, nodes, state)
         if any(isinstance(element, cst.StarredElement) for element in target.elements):
             return self._bind(target, nodes, state)
-        flags = {key: bool(held) for key, held in state.env.items()}
+        flags = self.unbound | {key: bool(held) for key, held in state.env.items()}
         facts = self.graphs.values.elements(value, len(target.elements), flags, self.scope)
         # A call nothing is known of: its first result is what it computes, the others are unknown.
         known = facts if facts is not None else [True, *([None] * (len(target.elements) - 1))]
@@ -492,6 +509,19 @@ def _assigned_keys(statement: cst.Assign | cst.AugAssign | cst.AnnAssign) -> lis
 
 def _is_init(scope: Scope) -> bool:
     return isinstance(scope, cst.FunctionDef) and scope.name.value == "__init__"
+
+
+def _locals(collected: Collected, scope: Scope) -> frozenset[str]:
+    """The plain names a function assigns, which Python makes local to it (none for a module)."""
+    if not isinstance(scope, cst.FunctionDef):
+        return frozenset()
+    return frozenset(
+        key
+        for statement in collected.statements_in_scope(scope)
+        if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        for key in _assigned_keys(statement)
+        if "." not in key and "[" not in key
+    )
 
 
 def _parameters(scope: Scope) -> frozenset[str]:
