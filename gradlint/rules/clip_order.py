@@ -187,15 +187,21 @@ class ClipOrder(Rule):
     def _check_unscaled(
         self, step: TrainingStep, clip: Event, before: tuple[Event, ...], wrapped: tuple[Event, ...]
     ) -> None:
-        # Walk back from the clip (round the loop if needed) to the backward that made the gradients.
+        # Walk back from the clip (round the loop if needed) to the backward that made the gradients, or to
+        # each of the alternatives (`if scaler is not None: scaler.scale(loss).backward() else: loss.backward()`).
+        exclusive = self.analysis.branches.exclusive
+        found: list[Event] = []
         for event in (*reversed(before), *reversed(wrapped)):
-            if event.kind is Kind.UNSCALE:
-                return
+            if event.kind is Kind.UNSCALE and not any(exclusive(event, other) for other in found):
+                break
             if event.kind is Kind.BACKWARD:
-                if event.via_scaler or self._scaled_value(event):
-                    story = [(event.site, "the gradients are scaled by this backward")]
-                    self.report(self._where(clip, event), SCALED, self._unscale_first(step, clip), story)
-                return
+                if found and not all(exclusive(event, other) for other in found):
+                    break
+                found.append(event)
+        scaled = next((event for event in found if event.via_scaler or self._scaled_value(event)), None)
+        if scaled is not None:
+            story = [(scaled.site, "the gradients are scaled by this backward")]
+            self.report(self._where(clip, scaled), SCALED, self._unscale_first(step, clip), story)
 
     def _scaled_value(self, backward: Event) -> bool:
         """Whether the backward runs on a name bound to `scaler.scale(loss)`."""

@@ -878,8 +878,14 @@ def _strip_data(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _one_class(built: Sequence[cst.BaseExpression]) -> str | None:
-    """The class every value of `built` is an instance of (`Trainer(...)`), when they agree on one."""
-    classes = {dotted_name(value.func) if isinstance(value, cst.Call) else None for value in built}
+    """The class every value of `built` is an instance of (`Trainer(...)`), when they agree on one. A `None`
+    binding (`self.updater = None` until `setup()` builds it) does not count: a method called on the object
+    runs only where it is not None."""
+    classes = {
+        dotted_name(value.func) if isinstance(value, cst.Call) else None
+        for value in built
+        if not (isinstance(value, cst.Name) and value.value == "None")
+    }
     if len(classes) != 1 or None in classes:
         return None  # `obj` holds instances of one class wherever it is bound
     (name,) = classes
