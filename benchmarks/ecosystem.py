@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -121,7 +122,7 @@ def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
 
 def _archives(name: str, version: str) -> list[Path]:
     """The wheels, then the source archives, of a project's version in the cache."""
-    stem = name.replace("-", "_")
+    stem = re.sub(r"[-.]", "_", name)  # the normalized name archives carry (autogluon.multimodal)
     wheels = CACHE.glob(f"{stem}-{version}[-+]*.whl")
     return [*wheels, *dict.fromkeys([*CACHE.glob(f"{name}-{version}.tar.gz"), *CACHE.glob(f"{stem}-{version}.tar.gz")])]
 
