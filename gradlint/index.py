@@ -717,6 +717,16 @@ class Outlines:
         self._read_undecided = outer or self._read_undecided
         return result
 
+    def class_of(self, ref: Ref, module: str) -> tuple[str, str] | None:
+        """(module, name) of the project class `ref`, made in `module`, names; None when it names no class."""
+        if ref.kind == "class":
+            target: tuple[str, str] | None = (module, ref.name)
+        else:
+            dotted = self._absolute(ref, module)
+            target = self._definition(dotted, 0) if dotted is not None else None
+        outlined = self.outline(target[0]) if target is not None else None
+        return target if target is not None and outlined is not None and target[1] in outlined.classes else None
+
     def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
         """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
         if ref.kind == "class":

@@ -1009,3 +1009,61 @@ def test_a_method_of_another_module_that_keeps_its_argument_keeps_the_graph(tmp_
     assert summary.functions["Collector.__setitem__"].keeps == (("value", "statistics"),)
     assert summary.functions["FloatMeter.update"].keeps == ()
     assert from_data(to_data(summary)) == summary
+
+
+def test_a_module_class_of_another_module_without_parameters_builds_no_graph(tmp_path: Path) -> None:
+    # The converter (re-exported by its package) holds a buffer and a plain tensor: its output carries no graph
+    # of its own, so two backward passes that both read it share nothing freed. The embedder holds weights: the
+    # second backward raises. What `make()` builds is unknown: nothing is said.
+    write(
+        tmp_path,
+        {
+            "chem/__init__.py": "from .layers import Converter, Embedder\n",
+            "chem/layers.py": """\
+                import torch
+                from torch import nn
+
+
+                class Converter(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.register_buffer("table", torch.zeros(120, dtype=torch.long))
+                        self.numbers = torch.tensor([1, 6, 7, 8])
+
+                    def forward(self, numbers):
+                        return self.table[numbers]
+
+
+                class Embedder(Converter):
+                    def __init__(self):
+                        super().__init__()
+                        self.embed = nn.Embedding(120, 8)
+            """,
+            "test_forces.py": """\
+                from torch import nn
+                from chem import Converter, Embedder
+
+
+                def check(potential: nn.Module, numbers, coordinates, make):
+                    species = make()(numbers)
+                    potential(species, coordinates).backward()
+                    potential(species, coordinates.detach()).backward()
+
+
+                def compare(potential: nn.Module, numbers, coordinates):
+                    species = Converter()(numbers)
+                    potential(species, coordinates).backward()
+                    potential(species, coordinates.detach()).backward()
+
+
+                def shared(potential: nn.Module, numbers, coordinates):
+                    species = Embedder()(numbers)
+                    potential(species, coordinates).backward()
+                    potential(species, coordinates.detach()).backward()
+            """,
+        },
+    )
+    found = lint_paths([tmp_path / "test_forces.py"], Config(root=tmp_path, select=frozenset({"GL008"}), preview=True))
+    assert [d.line for d in found] == [20]
+    summary = summarize_module((tmp_path / "chem/layers.py").read_text())
+    assert summary is not None and summary.parameterless == ("Converter",)

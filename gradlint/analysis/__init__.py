@@ -251,6 +251,11 @@ class ModuleAnalysis:
             value = cst.Call(cst.Attribute(value, cst.Name("parameters")))
         return self.leaves.held(value, at) is not Held.OTHER
 
+    @property
+    def parameterless(self) -> frozenset[str]:
+        """This module's classes proven to hold no parameters (`facts.parameters`)."""
+        return self.values.parameterless
+
     def kept_by(self, call: cst.Call, at: cst.CSTNode) -> list[tuple[cst.BaseExpression, str]]:
         """The arguments that the project method `call` runs keeps on its object (`facts.keeping`), each with the
         attribute that holds it: `meter.update(loss, n)`, whose `update` runs `self.sum += val * n` in this module

@@ -159,6 +159,8 @@ class Project(Protocol):
         self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
     ) -> list[Event] | None: ...
 
+    def parameterless(self, dotted: str, imports: ImportMap) -> bool: ...
+
 
 class EventIndex:
     """Classifies calls into events and gathers them per scope, loop and training step."""

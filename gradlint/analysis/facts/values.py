@@ -19,7 +19,8 @@ from collections.abc import Mapping
 
 import libcst as cst
 
-from gradlint.analysis.facts.roles import Role, Roles
+from gradlint.analysis.facts.parameters import parameterless_classes
+from gradlint.analysis.facts.roles import Role, Roles, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
@@ -86,6 +87,44 @@ class GradValues:
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
+        self._parameterless: frozenset[str] | None = None
+
+    @property
+    def parameterless(self) -> frozenset[str]:
+        """This module's classes proven to hold no parameters (`facts.parameters`), the project's summaries
+        answering for classes of other modules."""
+        if self._parameterless is None:
+            program = self.events.program
+            imports = self.roles.imports
+            elsewhere = (lambda dotted: program.parameterless(dotted, imports)) if program is not None else None
+            self._parameterless = parameterless_classes(self.collected, imports, elsewhere)
+        return self._parameterless
+
+    def holds_no_parameters(self, module: cst.BaseExpression, scope: Scope) -> bool:
+        """Whether the module `module` evaluates to (`self` in a method, `self.converter`) is proven to hold no
+        parameters: every construction of it builds such a class, of this module or of another."""
+        if isinstance(module, cst.Name) and module.value == "self":
+            owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
+            return owner is not None and owner.name.value in self.parameterless
+        if isinstance(module, cst.Call):  # Ex) Converter()(numbers)
+            inline = constructor_of(module)
+            built = [inline] if inline is not None else []
+        else:
+            built = self.roles.constructors(module)
+            if len(built) != len(self.roles.values.get(dotted_name(module) or "", [])):
+                return False  # bound to something besides a construction: unknown
+        if not built:
+            return False
+        program = self.events.program
+        for call in built:
+            name = dotted_name(call.func)
+            if name is None or name in self.roles.redefined:
+                return False
+            if name not in self.parameterless and not (
+                program is not None and program.parameterless(name, self.roles.imports)
+            ):
+                return False
+        return True
 
     def env_before(self, statement: cst.CSTNode) -> Env:
         """What is known about names just before `statement` runs."""
@@ -226,7 +265,11 @@ class GradValues:
         outside = self.events.outside(call)
         if outside is not None:
             return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
-        return self._is_forward_call(func, method, scope)
+        if not self._is_forward_call(func, method, scope):
+            return False
+        # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs.
+        module = func.value if method == "forward" and isinstance(func, cst.Attribute) else func
+        return args_grad or not self.holds_no_parameters(module, scope)
 
     def _is_forward_call(self, func: cst.BaseExpression, method: str | None, scope: Scope) -> bool:
         # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module

@@ -364,6 +364,16 @@ class ModuleProgram:
             )
         return self._callees[call]
 
+    def parameterless(self, dotted: str, imports: ImportMap) -> bool:
+        """Whether the project class of another module that `dotted` names through `imports` is proven to hold no
+        parameters (its module's summary says so)."""
+        ref = name_ref(dotted, imports)
+        target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
+        if target is None or target[0] == self.module:
+            return False
+        summary = self.program.summary(target[0])
+        return summary is not None and target[1] in summary.parameterless
+
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""
         ref = name_ref(dotted, imports)

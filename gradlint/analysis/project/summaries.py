@@ -99,6 +99,7 @@ class ModuleSummary:
     is in its outline (`gradlint.index`)."""
 
     functions: dict[str, FunctionSummary] = field(default_factory=dict)
+    parameterless: tuple[str, ...] = ()  # top-level classes proven to hold no parameters (`facts.parameters`)
 
 
 def to_data(summary: ModuleSummary) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
         )
         for name, item in data["functions"].items()
     }
-    return ModuleSummary(functions)
+    return ModuleSummary(functions, tuple(data["parameterless"]))
 
 
 def summarize(analysis: Any) -> ModuleSummary:
@@ -160,7 +161,7 @@ class _Summarizer:
             name = qualname(self.collected, function)
             if name is not None:
                 functions[name] = self._function(function)
-        return ModuleSummary(functions)
+        return ModuleSummary(functions, tuple(sorted(self.analysis.parameterless)))
 
     def _function(self, function: cst.FunctionDef) -> FunctionSummary:
         positional = positional_params(function)
