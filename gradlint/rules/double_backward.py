@@ -32,7 +32,10 @@ class DoubleBackward(Rule):
 
     Hidden state kept on `self` by a training-step method (one that backpropagates, or
     Lightning's `training_step`, whose returned loss Lightning backpropagates) is
-    followed into the next call, unless another method of the class may reset it.
+    followed into the next call, unless another method of the class may reset it; so is
+    state a module's `forward` keeps (`out, self.hidden = self.lstm(x, self.hidden)`),
+    whose output its caller backpropagates, unless another method or code outside the
+    class may reset it (`model.hidden = None`).
 
     Known problems
     Values returned by functions of other modules are not followed.
@@ -44,7 +47,7 @@ class DoubleBackward(Rule):
     code = "GL008"
     name = "double-backward"
     message = "backward runs through a graph an earlier backward already freed; this raises at runtime"
-    requires = ((b"backward", b"training_step"),)
+    requires = ((b"backward", b"training_step", b"forward"),)  # a module's forward is backpropagated by its caller
     example = """
         loss = criterion(model(x), y)
         for step in range(10):
@@ -63,8 +66,18 @@ class DoubleBackward(Rule):
     def check_module(self) -> None:
         # A second `autograd.grad` raises too, but only backward calls are reported: the
         # file filter in `requires` looks for "backward" (or Lightning's "training_step").
-        for reuse in self.analysis.freed_graphs.reuses():
-            if reuse.kind is Kind.BACKWARD:
-                call, freeing = self.analysis.code(reuse.node), self.analysis.code(reuse.freed_by)
-                named = f"`{call}` runs through a graph that `{freeing}` already freed; this raises at runtime"
-                self.report(reuse.node, named, related=[(reuse.freed_by, "this earlier backward frees the graph")])
+        freed = self.analysis.freed_graphs
+        for reuse in freed.reuses():
+            if reuse.kind is not Kind.BACKWARD:
+                continue
+            if self.analysis.context(reuse.node).scope in freed.forwards and reuse.kept is not None:
+                named = (
+                    "`forward` keeps state on `self` with its graph and reads it back on the next call: the next "
+                    "backward runs into the graph the last one freed; this raises at runtime (detach what is kept)"
+                )
+                related = [(reuse.node, "the caller backpropagates this output, freeing the graph kept")]
+                self.report(reuse.kept, named, related=related)
+                continue
+            call, freeing = self.analysis.code(reuse.node), self.analysis.code(reuse.freed_by)
+            named = f"`{call}` runs through a graph that `{freeing}` already freed; this raises at runtime"
+            self.report(reuse.node, named, related=[(reuse.freed_by, "this earlier backward frees the graph")])

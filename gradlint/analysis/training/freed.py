@@ -77,12 +77,15 @@ class Reuse:
     """A backward (or `autograd.grad`) call whose graph an earlier one freed.
 
     `node` is the call, or the `return loss` of a Lightning `training_step` whose loss
-    Lightning backpropagates.
+    Lightning backpropagates, or of a module's `forward`, whose output its caller does.
+    `kept`: the statement that keeps on `self` (for the next call) the graph reused, when
+    the graph crosses from one call into the next.
     """
 
     node: cst.CSTNode
     kind: Kind  # BACKWARD or AUTOGRAD_GRAD
     freed_by: cst.CSTNode
+    kept: cst.CSTNode | None = None
 
 
 class FreedGraphs:
@@ -95,6 +98,12 @@ class FreedGraphs:
         # Hooks a framework runs once per batch (training_step), and those whose returned loss it backpropagates.
         self.per_batch_hooks = frozenset(hook_methods(collected, "backpropagated"))
         self.backpropagated_hooks = frozenset(backpropagated_returns(collected))
+        # A module's forward runs once per batch, and what it returns is what its caller backpropagates.
+        self.forwards = frozenset(
+            function
+            for function, owner in collected.owners.items()
+            if function.name.value == "forward" and events.roles.is_model_class(owner)
+        )
 
     def reuses(self) -> list[Reuse]:
         """Every backward of the module that runs through a graph freed before it, in source order."""
@@ -112,31 +121,38 @@ class FreedGraphs:
         return sorted(found.values(), key=lambda reuse: self.collected.order[reuse.node])
 
     def carried_attributes(self, method: cst.FunctionDef) -> frozenset[str]:
-        """`self.*` attributes a training-step method leaves for its next call to read.
+        """`self.*` attributes a training-step method or a module's `forward` leaves for its next call to read.
 
-        Only attributes that no other method of the class (but `__init__`) assigns count:
-        a reset elsewhere (`reset_hidden()`) may run between two calls.
+        Only attributes that no other method of the class (but `__init__`) assigns count, and none that code
+        outside the class assigns on an object (`net.hidden = net.init_hidden()`): a reset elsewhere may run
+        between two calls.
         """
         owner = self.collected.owners.get(method)
         if owner is None or not self._repeats(method):
             return frozenset()
         assigned: dict[str, set[Scope]] = {}
+        reset_outside: set[str] = set()
         for statement in self.collected.statements:
+            if not isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                continue
             context = self.collected.contexts[statement]
-            if context.class_def is owner and isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-                for key in _assigned_keys(statement):
+            for key in _assigned_keys(statement):
+                if context.class_def is owner:
                     assigned.setdefault(key, set()).add(context.scope)
+                elif "." in key and not key.startswith("self."):
+                    reset_outside.add(key.rpartition(".")[2])
         return frozenset(
             key
             for key, scopes in assigned.items()
             if key.startswith("self.")
             and method in scopes
             and all(scope is method or _is_init(scope) for scope in scopes)
+            and key.rpartition(".")[2] not in reset_outside
         )
 
     def _repeats(self, method: cst.FunctionDef) -> bool:
         # A method that backpropagates runs once per batch; so does a hook whose loss its framework backpropagates.
-        if method in self.per_batch_hooks:
+        if method in self.per_batch_hooks or method in self.forwards:
             return True
         return any(event.kind is Kind.BACKWARD and event.direct for event in self.events.scope_events(method))
 
@@ -145,6 +161,8 @@ class FreedGraphs:
         backpropagates from `training_step`) do, so a scope without one is not walked."""
         if isinstance(scope, cst.FunctionDef) and scope in self.per_batch_hooks:
             return True
+        if isinstance(scope, cst.FunctionDef) and scope in self.forwards:
+            return bool(self.carried_attributes(scope))  # its caller's backward frees what it keeps
         return any(self.backward_value(call) is not None for call in self.collected.calls_in_scope(scope))
 
     def backward_value(self, call: cst.Call) -> tuple[Kind, cst.BaseExpression, bool] | None:
@@ -221,8 +239,9 @@ class _Walker:
         self.entries: dict[tuple[int, str], int] = {}  # (container's own node, key) -> the entry's node
         self.loop_exits: list[tuple[list[_State], list[_State]]] = []  # (continues, breaks)
         self.exits: list[_State] = []
+        self.carried: dict[str, Nodes] = {}  # on the walk of the next call: what the last one left in `self`
         # Lightning backpropagates what training_step returns, unless the class optimizes manually.
-        self.returns_backpropagated = scope in graphs.backpropagated_hooks
+        self.returns_backpropagated = scope in graphs.backpropagated_hooks or scope in graphs.forwards
 
     def walk_scope(self) -> None:
         if isinstance(self.scope, cst.Module):
@@ -237,6 +256,7 @@ class _Walker:
         env = {key: nodes for key, nodes in exit_state.env.items() if key in carried}
         self.exits = []
         self.outside = {}
+        self.carried = env
         self._suite(self.scope.body, _State(env, exit_state.freed))
 
     def walk_block(self, statements: Sequence[cst.CSTNode], state: _State | None) -> _State | None:
@@ -350,6 +370,18 @@ class _Walker:
             state = _State({key: nodes for key, nodes in state.env.items() if key not in deleted}, state.freed)
         return state
 
+    def _keeping(self, key: str | None) -> cst.CSTNode | None:
+        """The last statement of the scope that assigns `key`, the state it keeps for the next call."""
+        if key is None:
+            return None
+        statements = self.graphs.collected.statements_in_scope(self.scope)
+        assigning = [
+            statement
+            for statement in statements
+            if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and key in _assigned_keys(statement)
+        ]
+        return assigning[-1] if assigning else None
+
     def _returned(self, statement: cst.Return, state: _State) -> _State:
         # Lightning backpropagates what training_step returns (the loss, or {"loss": loss}).
         if not self.returns_backpropagated or statement.value is None:
@@ -374,7 +406,8 @@ class _Walker:
     def _free(self, site: cst.CSTNode, nodes: Nodes, state: _State, kind: Kind, keeps_graph: bool) -> _State:
         reused = nodes & state.freed
         if reused:
-            self.found.append(Reuse(site, kind, self.freed_by[min(reused)]))
+            kept = next((key for key, carried in self.carried.items() if carried & reused), None)
+            self.found.append(Reuse(site, kind, self.freed_by[min(reused)], self._keeping(kept)))
         if keeps_graph:
             return state
         for node in nodes - state.freed:
