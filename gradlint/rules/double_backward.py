@@ -38,7 +38,9 @@ class DoubleBackward(Rule):
     class may reset it (`model.hidden = None`).
 
     Known problems
-    Values returned by functions of other modules are not followed.
+    Values returned by functions of other modules are not followed. A reset of a
+    module's kept state by code in another module (`net.hidden = net.init_hidden()` in
+    a training script) is not seen: the state its `forward` keeps is reported.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
