@@ -37,6 +37,9 @@ EFFECT = re.compile(
 KEEPS = re.compile(
     rb"self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
 )
+# A constructor call (a capitalized callee): code with one and a `return` may return what it builds, which its
+# summary proves or not (`returns_role`).
+BUILDS = re.compile(rb"(?<![\w.])(?:[a-z_]\w*\.)*[A-Z]\w*\(")
 # Functions whose name says their result is a loss or a model's output: their summary says what they return.
 RETURNS_GRAPH = re.compile(r"loss|criterion|objective|forward|_step$|^step$")
 MAX_OUTLINE_BYTES = 2 << 20
@@ -75,6 +78,7 @@ class FunctionOutline:
     maybe_effects: bool = False
     calls: tuple[Ref, ...] = ()
     maybe_keeps: bool = False  # a method whose code may keep an argument on its object
+    maybe_builds: bool = False  # code that may return an object it builds (`return torch.optim.Adam(...)`)
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class ModuleOutline:
                     maybe_effects=_effects(code),
                     calls=self._calls(code, span.owner),
                     maybe_keeps=span.owner is not None and KEEPS.search(_STRINGS.sub(b"", code)) is not None,
+                    maybe_builds=BUILDS.search(_STRINGS.sub(b"", code)) is not None and b"return" in code,
                 )
             else:
                 return None
@@ -777,9 +782,9 @@ class Outlines:
     def analysed(self, module: str, qualname: str) -> bool:
         """Whether the function deserves a LibCST summary: it may affect gradients, its name says it computes a
         loss or runs a forward or training step, whose returned value a caller may keep or backpropagate, or it is
-        a method that may keep what it is passed."""
+        a method that may keep what it is passed, or it may return an object it builds."""
         if self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None:
             return True
         found = self.outline(module)
         function = found.function(qualname) if found is not None else None
-        return function is not None and function.maybe_keeps
+        return function is not None and (function.maybe_keeps or function.maybe_builds)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from gradlint import Config, lint_paths
-from gradlint.analysis import ModuleAnalysis, analyze
+from gradlint.analysis import ModuleAnalysis, Role, analyze
 from gradlint.analysis.project.summaries import from_data, to_data
 from gradlint.checking import module_program, parse, summarize_module
 from gradlint.engine import whole_program
@@ -1067,3 +1068,65 @@ def test_a_module_class_of_another_module_without_parameters_builds_no_graph(tmp
     assert [d.line for d in found] == [20]
     summary = summarize_module((tmp_path / "chem/layers.py").read_text())
     assert summary is not None and summary.parameterless == ("Converter",)
+
+
+def test_a_factory_proves_what_it_builds_by_what_it_returns(tmp_path: Path) -> None:
+    # Neither `self.thing` nor `self.vf` is named for what it holds: the factories of another module (and of the
+    # module itself) prove them an optimizer and a model. A factory that may return either proves nothing.
+    write(
+        tmp_path,
+        {
+            "builders.py": """\
+                import torch
+                from torch import nn
+
+
+                class ValueNet(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(4, 1)
+
+
+                def create_value_function():
+                    value = ValueNet()
+                    return value
+
+
+                def create_optim(module, lr):
+                    return torch.optim.Adam(module.parameters(), lr=lr)
+
+
+                def create_either(module, plain):
+                    if plain:
+                        return module
+                    return torch.optim.SGD(module.parameters(), lr=0.1)
+            """,
+            "agent.py": """\
+                import torch
+                from builders import create_either, create_optim, create_value_function
+
+
+                def make_scaler():
+                    return torch.cuda.amp.GradScaler()
+
+
+                class Agent:
+                    def __init__(self):
+                        self.vf = create_value_function()
+                        self.thing = create_optim(self.vf, 1e-3)
+                        self.other = create_either(self.vf, False)
+                        self.amp = make_scaler()
+            """,
+        },
+    )
+    analysis = analysis_of(tmp_path, "agent.py")
+    roles = {key: analysis.roles.role(cst.parse_expression(key)) for key in ("self.vf", "self.thing", "self.other")}
+    assert roles == {"self.vf": Role.MODEL, "self.thing": Role.OPTIMIZER, "self.other": None}
+    assert analysis.roles.role(cst.parse_expression("self.amp")) is Role.SCALER
+    summary = summarize_module(textwrap.dedent(Path(tmp_path / "builders.py").read_text()))
+    assert summary is not None
+    assert [summary.functions[name].returns_role for name in ("create_value_function", "create_optim")] == [
+        "model",
+        "optimizer",
+    ]
+    assert summary.functions["create_either"].returns_role is None

@@ -73,7 +73,8 @@ class ModuleAnalysis:
         self.imports = collected.imports
         self.program = program
         bases = partial(program.class_bases, imports=collected.imports) if program is not None else None
-        self.roles = Roles(collected, bases)
+        returns = partial(program.returned_role, imports=collected.imports) if program is not None else None
+        self.roles = Roles(collected, bases, returns)
         self.events = EventIndex(collected, self.roles, program)
         self.values = GradValues(collected, self.roles, self.events)
         self._statements_in: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}

@@ -11,6 +11,7 @@ import libcst as cst
 
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.syntax.tree import descendants
 
 
 class Role(Enum):
@@ -84,13 +85,25 @@ ANNOTATION_ROLES = {
 class Roles:
     """Answers which role an expression's symbol holds, from assignments, annotations and names."""
 
-    def __init__(self, collected: Collected, project_bases: Callable[[str], tuple[str, ...]] | None = None) -> None:
+    def __init__(
+        self,
+        collected: Collected,
+        project_bases: Callable[[str], tuple[str, ...]] | None = None,
+        project_returns: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.imports: ImportMap = collected.imports
+        self.collected = collected
         # The bases of a class another module of the project defines (from the whole-program model).
         self.project_bases = project_bases
+        # The role (a `Role` value) of what a function of another module of the project returns, from its summary.
+        self.project_returns = project_returns
+        self._returned: dict[cst.FunctionDef, Role | None] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.annotations: dict[str, Role] = {}
         self.classes = {cls.name.value: cls for cls in collected.classes}
+        self.module_functions = {
+            f.name.value: f for f in collected.functions if collected.def_scopes.get(f) is collected.module
+        }
         # Names the module binds by `def` or by an import: functions and other modules' objects, whose name proves
         # nothing about what they are (`save_best_model(...)` saves a checkpoint).
         self.not_by_name = frozenset(
@@ -253,7 +266,32 @@ class Roles:
                 return Role.LOSS_FN
             if any(base in MODEL_BASES for base in bases):
                 return Role.MODEL  # Ex) from treelstm.model import SimilarityTreeLSTM (an nn.Module)
+        # A factory proves what it builds by what it returns: `make_optimizer(model)` returning `torch.optim.Adam(...)`.
+        if local is not None and local in self.module_functions and local not in self.imports.aliases:
+            return self.returned_role(self.module_functions[local])
+        if self.project_returns is not None and local is not None:
+            returned = self.project_returns(local)
+            return Role(returned) if returned is not None else None
         return None
+
+    def returned_role(self, function: cst.FunctionDef) -> Role | None:
+        """The role of what a function of this module returns, when every `return` proves the same one
+        (an optimizer, a GradScaler, a model): a factory that builds the object, or a name bound to one."""
+        if function in self._returned:
+            return self._returned[function]
+        self._returned[function] = None  # recursion guard
+        returned = [
+            node.value
+            for node in descendants(function)
+            if isinstance(node, cst.Return)
+            and node.value is not None
+            and (context := self.collected.contexts.get(node)) is not None
+            and context.scope is function
+        ]
+        roles = {self.proven_role(value) for value in returned}
+        found = roles.pop() if len(roles) == 1 else None
+        self._returned[function] = found if found in (Role.OPTIMIZER, Role.SCALER, Role.MODEL) else None
+        return self._returned[function]
 
     def _inherits(self, class_name: str, suffixes: tuple[str, ...], depth: int = 0) -> bool:
         cls = self.classes.get(class_name)

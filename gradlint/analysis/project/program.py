@@ -364,6 +364,16 @@ class ModuleProgram:
             )
         return self._callees[call]
 
+    def returned_role(self, dotted: str, imports: ImportMap) -> str | None:
+        """The role (a `Role` value) of what the project function of another module that `dotted` names through
+        `imports` returns, as its summary proves it (`make_optimizer(model)` building `torch.optim.Adam`)."""
+        ref = name_ref(dotted, imports)
+        target = self.program.outlines.resolve(ref, self.module) if ref is not None else None
+        if target is None or target[0] == self.module or target[1].endswith(".__init__"):
+            return None
+        function = self.program.function(*target)
+        return function.returns_role if function is not None else None
+
     def parameterless(self, dotted: str, imports: ImportMap) -> bool:
         """Whether the project class of another module that `dotted` names through `imports` is proven to hold no
         parameters (its module's summary says so)."""

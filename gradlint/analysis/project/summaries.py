@@ -91,6 +91,7 @@ class FunctionSummary:
     varargs: str | None = None  # the name of `*args`, which takes positional arguments beyond `params`
     varkw: str | None = None  # the name of `**kwargs`, which takes keywords that name no parameter
     keeps: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a method adds it onto or appends it to
+    returns_role: str | None = None  # the `Role` value of what every return proves it builds: optimizer, scaler, model
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
             varargs=item["varargs"],
             varkw=item["varkw"],
             keeps=tuple((param, attribute) for param, attribute in item["keeps"]),
+            returns_role=item["returns_role"],
         )
         for name, item in data["functions"].items()
     }
@@ -192,6 +194,7 @@ class _Summarizer:
             keeps=kept_parameters(self.collected, self.analysis.values, function)
             if function in self.collected.owners
             else (),
+            returns_role=role.value if (role := self.analysis.roles.returned_role(function)) is not None else None,
         )
 
     def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:
