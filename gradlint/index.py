@@ -35,11 +35,12 @@ EFFECT = re.compile(
 # A method that adds onto or appends to an attribute of its object (`self.sum += val`,
 # `self.values[key].append(val)`): it may keep what a caller passes it (`facts.keeping`).
 KEEPS = re.compile(
-    rb"self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
+    rb"self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=\s*[A-Za-z_(]|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
 )
-# A constructor call (a capitalized callee): code with one and a `return` may return what it builds, which its
-# summary proves or not (`returns_role`).
-BUILDS = re.compile(rb"(?<![\w.])(?:[a-z_]\w*\.)*[A-Z]\w*\(")
+# Code that returns what a constructor call (a capitalized callee) builds, directly or through a name bound to it:
+# its summary proves or not what it returns (`returns_role`).
+RETURNED_CONSTRUCTION = re.compile(rb"\breturn\s+(?:[a-z_]\w*\.)*[A-Z]\w*\(")
+RETURNED_NAME = re.compile(rb"(?m)\breturn\s+([A-Za-z_]\w*)\s*$")
 # Functions whose name says their result is a loss or a model's output: their summary says what they return.
 RETURNS_GRAPH = re.compile(r"loss|criterion|objective|forward|_step$|^step$")
 MAX_OUTLINE_BYTES = 2 << 20
@@ -190,8 +191,10 @@ class ModuleOutline:
                     varkw=span.varkw,
                     maybe_effects=_effects(code),
                     calls=self._calls(code, span.owner),
-                    maybe_keeps=span.owner is not None and KEEPS.search(_STRINGS.sub(b"", code)) is not None,
-                    maybe_builds=BUILDS.search(_STRINGS.sub(b"", code)) is not None and b"return" in code,
+                    maybe_keeps=span.owner is not None
+                    and len(span.params) > 1
+                    and KEEPS.search(_STRINGS.sub(b"", code)) is not None,
+                    maybe_builds=_builds(_STRINGS.sub(b"", code)),
                 )
             else:
                 return None
@@ -232,6 +235,17 @@ class ModuleOutline:
                 name_ref(cls, self.names) or (Ref("class", cls) if cls in self.classes else None)
             )
         return {name: ref for name, refs in built.items() if len(refs) == 1 and (ref := next(iter(refs))) is not None}
+
+
+def _builds(code: bytes) -> bool:
+    """Whether the code may return an object a constructor call builds: `return Adam(...)`, or `return model`
+    after `model = Net(...)`."""
+    if RETURNED_CONSTRUCTION.search(code):
+        return True
+    return any(
+        re.search(rb"\b" + re.escape(name) + rb"\s*=\s*(?:[a-z_]\w*\.)*[A-Z]\w*\(", code)
+        for name in RETURNED_NAME.findall(code)
+    )
 
 
 def _effects(code: bytes) -> bool:
@@ -780,11 +794,13 @@ class Outlines:
         return frozenset(found)
 
     def analysed(self, module: str, qualname: str) -> bool:
-        """Whether the function deserves a LibCST summary: it may affect gradients, its name says it computes a
-        loss or runs a forward or training step, whose returned value a caller may keep or backpropagate, or it is
-        a method that may keep what it is passed, or it may return an object it builds."""
-        if self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None:
-            return True
+        """Whether the function deserves a LibCST summary: it may affect gradients, or its name says it computes a
+        loss or runs a forward or training step, whose returned value a caller may keep or backpropagate."""
+        return self.affects(module, qualname) or RETURNS_GRAPH.search(qualname.rpartition(".")[2]) is not None
+
+    def worth_reading(self, module: str, qualname: str) -> bool:
+        """Whether a LibCST summary of the function may say more than `analysed` asks of it: it is a method that
+        may keep what it is passed, or it may return an object it builds."""
         found = self.outline(module)
         function = found.function(qualname) if found is not None else None
         return function is not None and (function.maybe_keeps or function.maybe_builds)

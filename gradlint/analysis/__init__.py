@@ -265,15 +265,8 @@ class ModuleAnalysis:
         if method is not None:
             given = arguments_of(method, call)
             kept = kept_parameters(self.collected, self.values, method)
-        elif self.program is not None:
-            callee = self.program.callee_of(call, self.context(at), self.events)
-            if callee is None or not callee.summary.method:
-                return []
-            given = self.program.binding(call, callee)
-            kept = callee.summary.keeps
-        else:
-            return []
-        return [(given[param], attribute) for param, attribute in kept if param in given]
+            return [(given[param], attribute) for param, attribute in kept if param in given]
+        return self.program.kept(call, self.context(at), self.events) if self.program is not None else []
 
     @cached_property
     def graphs(self) -> Graphs:

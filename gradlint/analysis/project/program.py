@@ -162,6 +162,14 @@ class Program:
             varkw=function.varkw,
         )
 
+    def read_function(self, module: str, qualname: str) -> FunctionSummary | None:
+        """The LibCST summary of one function wherever one may say more than its outline (`Outlines.analysed` or
+        `Outlines.worth_reading`: what it keeps, what it builds); None elsewhere."""
+        if not (self.outlines.analysed(module, qualname) or self.outlines.worth_reading(module, qualname)):
+            return None
+        summary = self.summary(module)
+        return summary.functions.get(qualname) if summary is not None else None
+
     def callee(self, ref: Ref, module: str) -> Callee | None:
         """The project function `ref` names from `module`, with its resolved effects."""
         target = self.outlines.resolve(ref, module)
@@ -349,6 +357,7 @@ class ModuleProgram:
         self.program = program
         self.module = module
         self._callees: dict[cst.Call, Callee | None] = {}
+        self._returned_roles: dict[str, str | None] = {}
 
     def callee_of(
         self, call: cst.Call, context: Context, events: EventIndex, view: cst.Call | None = None
@@ -367,12 +376,28 @@ class ModuleProgram:
     def returned_role(self, dotted: str, imports: ImportMap) -> str | None:
         """The role (a `Role` value) of what the project function of another module that `dotted` names through
         `imports` returns, as its summary proves it (`make_optimizer(model)` building `torch.optim.Adam`)."""
-        ref = name_ref(dotted, imports)
-        target = self.program.outlines.resolve(ref, self.module) if ref is not None else None
-        if target is None or target[0] == self.module or target[1].endswith(".__init__"):
-            return None
-        function = self.program.function(*target)
-        return function.returns_role if function is not None else None
+        if dotted not in self._returned_roles:
+            ref = name_ref(dotted, imports)
+            target = self.program.outlines.resolve(ref, self.module) if ref is not None else None
+            function = (
+                self.program.read_function(*target)
+                if target is not None and target[0] != self.module and not target[1].endswith(".__init__")
+                else None
+            )
+            self._returned_roles[dotted] = function.returns_role if function is not None else None
+        return self._returned_roles[dotted]
+
+    def kept(self, call: cst.Call, context: Context, events: EventIndex) -> list[tuple[cst.BaseExpression, str]]:
+        """The arguments the project method of another module that `call` runs keeps on its object, each with the
+        attribute that holds it (its summary's `keeps`)."""
+        callee = self.callee_of(call, context, events)
+        if callee is None or not callee.summary.method:
+            return []
+        function = self.program.read_function(callee.module, callee.qualname)
+        if function is None or not function.keeps:
+            return []
+        binding = self.binding(call, callee)
+        return [(binding[param], attribute) for param, attribute in function.keeps if param in binding]
 
     def parameterless(self, dotted: str, imports: ImportMap) -> bool:
         """Whether the project class of another module that `dotted` names through `imports` is proven to hold no
