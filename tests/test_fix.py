@@ -605,7 +605,9 @@ def test_gl002_no_fix_when_the_clear_would_not_run_exactly_when_the_step_does() 
 @pytest.mark.parametrize(
     ("signature", "safe"),
     [
-        ("def train(model, train_loader, optimizer, criterion):", True),  # a loader yields fresh batches
+        # A DataLoader yields fresh batches; an iterable of unknown kind may not, whatever it is called.
+        ("def train(model, train_loader: torch.utils.data.DataLoader, optimizer, criterion):", True),
+        ("def train(model, train_loader, optimizer, criterion):", False),
         ("def train(model, loader, optimizer, criterion, x):", False),  # `x` may carry a caller's graph
         ("def train(model, loader, optimizer, criterion, *batch):", False),
     ],

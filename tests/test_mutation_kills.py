@@ -177,7 +177,7 @@ def test_cached_findings_keep_their_fix(tmp_path: Path) -> None:
 TRAIN = """\
 import torch
 
-def train(model, loader, optimizer, criterion):
+def train(model, loader: torch.utils.data.DataLoader, optimizer, criterion):
     total = 0
     for x, y in loader:
         optimizer.zero_grad()

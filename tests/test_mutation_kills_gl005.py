@@ -104,7 +104,7 @@ def test_a_loss_passed_by_keyword_is_read_like_a_positional_one() -> None:
     import torch
 
 
-    def train(model, criterion, optimizer, loader):
+    def train(model, criterion, optimizer, loader: torch.utils.data.DataLoader):
         for x, y in loader:
             optimizer.zero_grad()
             loss = criterion(model(x), y)
@@ -201,29 +201,37 @@ def test_a_hidden_state_kept_on_self_gets_no_fix() -> None:
 
 def test_a_loss_built_from_self_attributes_gets_a_safe_fix() -> None:
     source = """\
+    from torch.utils.data import DataLoader
+
+
     class Trainer:
-        def fit(self, loader):
+        def fit(self, loader: DataLoader):
             for x, y in loader:
                 self.optimizer.zero_grad()
                 loss = self.criterion(self.model(x), y)
                 loss.backward(retain_graph=True)
                 self.optimizer.step()
     """
-    assert fixes(source) == [(6, (REMOVE, True))]
+    assert fixes(source) == [(9, (REMOVE, True))]
+    # Batches of an iterable of unknown kind may carry a graph the caller built, whatever it is called.
+    assert fixes(source.replace("loader: DataLoader", "loader")) == [(9, (REMOVE, False))]
 
 
 def test_a_classmethod_loss_built_from_cls_attributes_gets_a_safe_fix() -> None:
     source = """\
+    from torch.utils.data import DataLoader
+
+
     class SharedTrainer:
         @classmethod
-        def fit(cls, loader):
+        def fit(cls, loader: DataLoader):
             for x, y in loader:
                 cls.optimizer.zero_grad()
                 loss = cls.criterion(cls.model(x), y)
                 loss.backward(retain_graph=True)
                 cls.optimizer.step()
     """
-    assert fixes(source) == [(7, (REMOVE, True))]
+    assert fixes(source) == [(10, (REMOVE, True))]
 
 
 def test_a_helper_that_backpropagates_gets_no_fix() -> None:
@@ -294,7 +302,7 @@ def test_a_long_chain_of_residual_blocks_is_walked_once_per_statement() -> None:
     )
     with deadline(60):
         found = fixes(source)
-    assert found == [(30, (REMOVE, True))]
+    assert found == [(30, (REMOVE, False))]  # the loader's batches are of unknown kind
 
 
 # Two backward calls: summable or not

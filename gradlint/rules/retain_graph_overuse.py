@@ -10,8 +10,8 @@ from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.facts.lineage import is_data_name
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
-from gradlint.analysis.syntax.tree import children
-from gradlint.analysis.training.evaluation import ITERATION_WRAPPERS, LOADER_NAME, iterates_loader
+from gradlint.analysis.syntax.tree import children, descendants
+from gradlint.analysis.training.evaluation import ITERATION_WRAPPERS
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
 
@@ -65,8 +65,11 @@ class RetainGraphOveruse(Rule):
     on `self`, the backward is not in a helper reached from a caller, and the loss is not
     computed from a value the loop carries into its next iteration (an undetached RNN
     state: there the cure is `.detach()`, and removing the flag would raise). It is safe
-    when nothing a caller passed in feeds the loss (only the model, the criterion, the
-    optimizer and batches drawn from a loader may), unsafe otherwise.
+    when nothing a caller passed in can carry a graph into the loss: only parameters the
+    function just calls (`criterion(out, y)`), those annotated as a module, loss,
+    optimizer or GradScaler, and the batches of one annotated `DataLoader` feed it. A
+    parameter's name proves nothing: `loader` may be a list of tensors with history.
+    Unsafe otherwise (offered with `--unsafe-fixes`).
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html
@@ -132,7 +135,7 @@ class RetainGraphOveruse(Rule):
         produces (traces, particles) may share a graph that a later item's backward goes
         through, which is what the retained graph is for.
         """
-        if not isinstance(loop, cst.For) or event.value is None or iterates_loader(loop) or _counts(loop.iter):
+        if not isinstance(loop, cst.For) or event.value is None or _counts(loop.iter):
             return False
         if not _produced(loop.iter):
             return False  # a list or batches handed in: data
@@ -203,8 +206,9 @@ class RetainGraphOveruse(Rule):
     def _may_share_a_callers_graph(self, event: Event) -> bool:
         """Whether the graph may hold tensors a caller passed in, which a caller's later backward could reach.
 
-        Objects the function only calls (the model, the criterion), the optimizer, and
-        batches drawn from a loader hold no caller's graph; any other parameter might.
+        A parameter proven (by its annotation) to be a module, a loss function, an optimizer, a GradScaler or a
+        `DataLoader` (whose batches are fresh), or one the function only ever calls (`criterion(out, y)`: a
+        callable, not a tensor), holds no caller's graph; any other parameter might, whatever it is called.
         """
         analysis = self.analysis
         function = analysis.context(event.node).function
@@ -215,11 +219,29 @@ class RetainGraphOveruse(Rule):
         star = [param for param in (params.star_arg, params.star_kwarg) if isinstance(param, cst.Param)]
         for param in (*params.posonly_params, *params.params, *params.kwonly_params, *star):
             name = param.name.value
-            if name in ("self", "cls") or analysis.roles.role(param.name) in HOLDS_NO_GRAPH:
+            if name in ("self", "cls") or self._holds_no_callers_graph(function, param):
                 continue
-            if not LOADER_NAME.fullmatch(name) and analysis.origins.reads(event.value, name, statement):
+            if analysis.origins.reads(event.value, name, statement):
                 return True
         return False
+
+    def _holds_no_callers_graph(self, function: cst.FunctionDef, param: cst.Param) -> bool:
+        """Whether a parameter surely holds no graph from the caller: an annotation proves it an object that holds
+        none, or the function only calls it."""
+        analysis = self.analysis
+        if analysis.roles.proven_role(param.name) in HOLDS_NO_GRAPH:
+            return True
+        annotation = param.annotation.annotation if param.annotation is not None else None
+        if annotation is not None and (analysis.imports.resolve(annotation) or "").endswith("utils.data.DataLoader"):
+            return True
+        name = param.name.value
+        uses = [node for node in descendants(function.body) if isinstance(node, cst.Name) and node.value == name]
+        callees = {
+            id(node.func)
+            for node in descendants(function.body)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name
+        }
+        return bool(uses) and all(id(use) in callees for use in uses)
 
     def _hands_graph_to_caller(self, scope: Scope, event: Event, events: tuple[Event, ...]) -> bool:
         """Whether a loss-and-grads helper returns or stores the retained loss for other code to use again."""
