@@ -12,6 +12,7 @@ import libcst as cst
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
 from gradlint.analysis.syntax.tree import descendants
+from gradlint.frameworks import KNOWN_OPTIMIZERS
 
 
 class Role(Enum):
@@ -24,15 +25,6 @@ class Role(Enum):
     OTHER = "other"  # known to be something else: blocks guesses from the name
 
 
-KNOWN_OPTIMIZERS = frozenset(
-    {
-        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "LBFGS", "NAdam",
-        "RAdam", "SparseAdam", "ASGD", "Lion", "LAMB", "Lamb", "Adafactor", "FusedAdam", "FusedLAMB",
-        "FusedSGD", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Sophia", "Shampoo",
-        "Muon", "Ranger", "AdaBelief", "Yogi", "Prodigy", "DAdaptAdam", "ScheduleFreeAdamW",
-        "Lookahead", "LARS", "SAM", "ZeroRedundancyOptimizer",
-    }
-)  # fmt: skip
 # torch.distributed.optim.DistributedOptimizer keeps gradients per autograd context.
 NOT_OPTIMIZERS = frozenset({"DistributedOptimizer"})
 SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
@@ -67,6 +59,12 @@ SCALER_NAME = re.compile(r"(grad_|amp_|loss_)?scaler")
 MODEL_NAME = re.compile(
     r"(?i)(\w+_)?(model|net|network|encoder|decoder|generator|discriminator|critic|actor|policy|backbone|classifier|"
     r"unet|vae|student|teacher|transformer|qnet|q_net)(_\w+)?\d*|net[GD]|[GD]|[GD]_[A-Za-z]+"
+)
+# `encoder_out`, `model_outputs`, `policy_loss`: named after a model, holding what it computed.
+COMPUTED_SUFFIX = re.compile(
+    r"(?i).*_(out|outs|output|outputs|logits|feat|feats|features|loss|losses|pred|preds|state|states|hidden|emb|"
+    r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
+    r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
 )
 # Callables named like loss functions; `evaluate_loss(...)`, `log_loss(...)` report numbers.
 LOSS_NAME = re.compile(
@@ -214,7 +212,7 @@ class Roles:
     def _role_of_key(self, key: str) -> Role | None:
         if key in self.annotations:
             return self.annotations[key]
-        roles = {self.role_of_value(value) for value in self.values.get(key, [])} - {None}
+        roles = {self.role_of_value(value, factories=True) for value in self.values.get(key, [])} - {None}
         if key in self.optimized and not roles & {Role.OPTIMIZER, Role.SCALER}:
             # What an optimizer trains is a model, whatever its class is called (`ModelWithLoss`).
             return Role.MODEL
@@ -228,8 +226,10 @@ class Roles:
         named = _role_from_name(key.rsplit(".", 1)[-1])
         return Role.MODEL if named is None and key in self.optimized else named
 
-    def role_of_value(self, value: cst.BaseExpression) -> Role | None:
-        """The role of the object an expression creates or refers to."""
+    def role_of_value(self, value: cst.BaseExpression, *, factories: bool = False) -> Role | None:
+        """The role of the object an expression creates or refers to. `factories`: a call of a function of another
+        module counts as what its summary proves it returns (asked for what a name is bound to, where a role
+        matters, since it may read that module)."""
         value = _unwrap_passthrough(value)
         if isinstance(value, cst.Subscript) and _lightning_optimizers(value.value):
             return Role.OPTIMIZER  # self.optimizers()[0]
@@ -242,12 +242,14 @@ class Roles:
         qualified = self.imports.resolve(value.func) or ""
         name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
         if name in WRAPPERS and len(value.args) == 1:
-            inner = self.role_of_value(value.args[0].value)
+            inner = self.role_of_value(value.args[0].value, factories=factories)
             if inner is not None:
                 return inner
-        return self._role_of_constructor(qualified, name, dotted_name(value.func))
+        return self._role_of_constructor(qualified, name, dotted_name(value.func), factories=factories)
 
-    def _role_of_constructor(self, qualified: str, name: str, local: str | None = None) -> Role | None:
+    def _role_of_constructor(
+        self, qualified: str, name: str, local: str | None = None, *, factories: bool = True
+    ) -> Role | None:
         if name in NOT_OPTIMIZERS or ARGUMENT_PARSERS.fullmatch(name):
             return Role.OTHER
         if name in SCALERS:
@@ -269,7 +271,7 @@ class Roles:
         # A factory proves what it builds by what it returns: `make_optimizer(model)` returning `torch.optim.Adam(...)`.
         if local is not None and local in self.module_functions and local not in self.imports.aliases:
             return self.returned_role(self.module_functions[local])
-        if self.project_returns is not None and local is not None:
+        if factories and self.project_returns is not None and local is not None:
             returned = self.project_returns(local)
             return Role(returned) if returned is not None else None
         return None
@@ -351,8 +353,8 @@ def _role_from_name(name: str) -> Role | None:
         return Role.SCALER
     if LOSS_NAME.fullmatch(name):
         return Role.LOSS_FN
-    if MODEL_NAME.fullmatch(name):
-        return Role.MODEL
+    if MODEL_NAME.fullmatch(name) and not COMPUTED_SUFFIX.fullmatch(name):
+        return Role.MODEL  # `model`, `netD`; not `encoder_out` or `model_path`
     return None
 
 

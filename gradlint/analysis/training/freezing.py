@@ -18,7 +18,7 @@ from functools import cached_property
 import libcst as cst
 
 from gradlint.analysis.facts.origins import OUTSIDE, Binding, Definition, Origins
-from gradlint.analysis.facts.roles import MODEL_NAME, Role, Roles
+from gradlint.analysis.facts.roles import COMPUTED_SUFFIX, MODEL_NAME, Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, rebound
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
@@ -49,12 +49,6 @@ MODULE_METHODS = frozenset(
 )  # fmt: skip
 # torch functions return tensors, except these loaders: `torch.hub.load(...)` stored as `backbone` is a model.
 MODEL_LOADERS = frozenset({"torch.hub.load", "torch.jit.load", "torch.jit.script", "torch.jit.trace"})
-# `encoder_out`, `model_outputs`, `policy_loss`: named after a model, holding what it computed.
-COMPUTED_SUFFIX = re.compile(
-    r"(?i).*_(out|outs|output|outputs|logits|feat|feats|features|loss|losses|pred|preds|state|states|hidden|emb|"
-    r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
-    r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
-)
 # Types whose instances are tensors, never modules, as an `isinstance` test names them through the imports.
 TENSOR_TYPES = frozenset(
     {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter", "nn.Parameter", "nn.parameter.Parameter"}
