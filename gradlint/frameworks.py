@@ -110,3 +110,16 @@ HOOK_NAMES = frozenset(
         *framework.hooks.after_backward,
     )
 )
+
+
+# Optimizer classes by name, torch's own and those of libraries built on it (apex, bitsandbytes, timm, DeepSpeed,
+# torch-optimizer, schedule-free): constructing one builds an optimizer wherever it is imported from.
+KNOWN_OPTIMIZERS = frozenset(
+    {
+        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "LBFGS", "NAdam",
+        "RAdam", "SparseAdam", "ASGD", "Lion", "LAMB", "Lamb", "Adafactor", "FusedAdam", "FusedLAMB",
+        "FusedSGD", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "Sophia", "Shampoo",
+        "Muon", "Ranger", "AdaBelief", "Yogi", "Prodigy", "DAdaptAdam", "ScheduleFreeAdamW",
+        "Lookahead", "LARS", "SAM", "ZeroRedundancyOptimizer",
+    }
+)  # fmt: skip

@@ -20,7 +20,7 @@ from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from gradlint.frameworks import OTHER_FRAMEWORKS, TORCH_MODULES
+from gradlint.frameworks import KNOWN_OPTIMIZERS, OTHER_FRAMEWORKS, TORCH_MODULES
 from gradlint.project import Project, content_hash
 
 # What a gradient effect looks like in source: a backward, a step, a clear, a clip, an
@@ -28,9 +28,9 @@ from gradlint.project import Project, content_hash
 # A function whose code has none of these (and calls no project function that has) does
 # nothing to gradient state.
 EFFECT = re.compile(
-    rb"backward\(|\.step\(|zero_grad|clip_grad|clip_gradients|unscale_|optim\.|GradScaler|\.grad\b"
-    rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|True\b|False\b|mode\b)"
-    rb"|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|LBFGS)\("
+    rb"backward\(|\.step\(|zero_grad|clear_grads?\(|clip_grad|clip_gradients|unscale_|optim\.|GradScaler|\.grad\b"
+    rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|\w)"
+    rb"|\b(?:" + b"|".join(sorted(name.encode() for name in KNOWN_OPTIMIZERS)) + rb"|\w*Optimizer)\("
 )
 # A method that adds onto or appends to an attribute of its object (`self.sum += val`,
 # `self.values[key].append(val)`): it may keep what a caller passes it (`facts.keeping`).

@@ -1130,3 +1130,46 @@ def test_a_factory_proves_what_it_builds_by_what_it_returns(tmp_path: Path) -> N
         "optimizer",
     ]
     assert summary.functions["create_either"].returns_role is None
+
+
+def test_every_effect_the_analysis_knows_marks_a_helper_of_another_module_as_affecting_gradients(
+    tmp_path: Path,
+) -> None:
+    # `model.train(training)` with a flag and `opt.clear_grads()` are effects the summaries record: a helper whose
+    # only effect is one of them is read, so the epoch's switch back to training mode is seen.
+    write(
+        tmp_path,
+        {
+            "modes.py": """\
+                def set_mode(model, training):
+                    model.train(training)
+
+
+                def reset(opt):
+                    opt.clear_grads()
+            """,
+            "train.py": """\
+                import torch
+                from modes import reset, set_mode
+
+
+                def fit(model, loader, epochs):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(epochs):
+                        set_mode(model, True)
+                        for x, y in loader:
+                            optimizer.zero_grad()
+                            model(x).sum().backward()
+                            optimizer.step()
+                        model.eval()
+                        with torch.no_grad():
+                            for x, y in loader:
+                                model(x)
+            """,
+        },
+    )
+    found = lint_paths([tmp_path / "train.py"], Config(root=tmp_path, select=frozenset({"GL016"}), preview=True))
+    assert list(found) == []
+    outlined = outline((tmp_path / "modes.py").read_bytes())
+    assert outlined is not None
+    assert [outlined.function(name).maybe_effects for name in ("set_mode", "reset")] == [True, True]  # type: ignore[union-attr]
