@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gradlint import Config, lint_source
 from gradlint.cli import main
 
 STEP = "import torch\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
@@ -212,3 +213,18 @@ def test_brackets_inside_strings_do_not_count_as_nesting(literal: str) -> None:
     Path("strings.py").write_text(STEP + "s = " + literal + "\n")
     code, out = run("strings.py")
     assert code == 1 and out.startswith(f"strings.py:{FINDING}")
+
+
+def test_a_backward_used_as_a_context_manager_breaks_no_rule() -> None:
+    # nnsight's tracing API: `with loss.backward():` is a block, not a statement of its own.
+    source = (
+        "import torch\n\n\n"
+        "def probe(model, x):\n"
+        "    hidden = model.layer(x)\n"
+        "    loss = model(x).sum()\n"
+        "    with loss.backward():\n"
+        "        grad = hidden.grad.clone()\n"
+        "    return grad\n"
+    )
+    codes = {d.code for d in lint_source(source, "probe.py", Config(preview=True))}
+    assert "GL999" not in codes

@@ -116,8 +116,10 @@ class NonDifferentiableLoss(Rule):
     def _forcing_statement(self, key: str, at: cst.CSTNode, start: int, live: bool) -> cst.CSTNode | None:
         # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
         collected = self.analysis.collected
-        scope, end = collected.contexts[at].scope, collected.order[at]
-        for statement in collected.statements_in_scope(scope):
+        context, end = collected.contexts.get(at), collected.order.get(at)
+        if context is None or end is None:
+            return None  # Ex) `with loss.backward():` (nnsight): the backward is a compound statement's item
+        for statement in collected.statements_in_scope(context.scope):
             if not start < collected.order[statement] < end:
                 continue
             # `requires_grad_()` on a value that keeps a gradient path changes nothing...
