@@ -33,14 +33,14 @@ class DoubleBackward(Rule):
     Hidden state kept on `self` by a training-step method (one that backpropagates, or
     Lightning's `training_step`, whose returned loss Lightning backpropagates) is
     followed into the next call, unless another method of the class may reset it; so is
-    state a module's `forward` keeps (`out, self.hidden = self.lstm(x, self.hidden)`),
-    whose output its caller backpropagates, unless another method or code outside the
-    class may reset it (`model.hidden = None`).
+    state a module's `forward` keeps (`out, self.hidden = self.lstm(x, self.hidden)`)
+    where a training loop of the same module calls an instance of the class and
+    backpropagates each output, unless another method or code outside the class may reset
+    it (`model.hidden = None`). A module built and called once (a test's network) is not.
 
     Known problems
-    Values returned by functions of other modules are not followed. A reset of a
-    module's kept state by code in another module (`net.hidden = net.init_hidden()` in
-    a training script) is not seen: the state its `forward` keeps is reported.
+    Values returned by functions of other modules are not followed. A module whose
+    training loop is in another module is not followed into its `forward`.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html

@@ -31,7 +31,7 @@ import libcst as cst
 from gradlint.analysis.facts.branches import fixed_tests, truth_of
 from gradlint.analysis.facts.forwards import constructs, fetches_module
 from gradlint.analysis.facts.frameworks import backpropagated_returns, hook_methods
-from gradlint.analysis.facts.roles import Role
+from gradlint.analysis.facts.roles import Role, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.facts.values import (
     DETACHING_METHODS,
@@ -98,12 +98,36 @@ class FreedGraphs:
         # Hooks a framework runs once per batch (training_step), and those whose returned loss it backpropagates.
         self.per_batch_hooks = frozenset(hook_methods(collected, "backpropagated"))
         self.backpropagated_hooks = frozenset(backpropagated_returns(collected))
-        # A module's forward runs once per batch, and what it returns is what its caller backpropagates.
+        # A module's forward, where a training loop of this module calls an instance of its class: it runs once
+        # per batch, and what it returns is what that loop backpropagates.
         self.forwards = frozenset(
             function
             for function, owner in collected.owners.items()
-            if function.name.value == "forward" and events.roles.is_model_class(owner)
+            if function.name.value == "forward" and events.roles.is_model_class(owner) and self._driven(owner)
         )
+
+    def _driven(self, owner: cst.ClassDef) -> bool:
+        """Whether a loop of this module that backpropagates calls an instance of `owner` (`model = Net()` ...
+        `for x in loader: model(x).sum().backward()`): only then are its forward's calls known to repeat,
+        each output backpropagated. A class used once (a test's network) or elsewhere is not followed."""
+        roles = self.events.roles
+        instances = {
+            key
+            for key, values in roles.values.items()
+            if any(
+                (built := constructor_of(value)) is not None and dotted_name(built.func) == owner.name.value
+                for value in values
+            )
+        }
+        if not instances:
+            return False
+        for loop in self.collected.loops:
+            if not any(event.kind is Kind.BACKWARD for event in self.events.region_events(loop)):
+                continue
+            for statement in self.collected.statements_in_loop(loop):
+                if any(dotted_name(call.func) in instances for call in self.collected.calls_in_statement(statement)):
+                    return True
+        return False
 
     def reuses(self) -> list[Reuse]:
         """Every backward of the module that runs through a graph freed before it, in source order."""
