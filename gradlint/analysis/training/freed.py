@@ -350,6 +350,12 @@ class _Walker:
         flags = self.unbound | {key: bool(nodes) for key, nodes in state.env.items()}
         if not self.graphs.values.evaluate(loop.iter, flags, self.scope):
             return self._bind(loop.target, frozenset(), state)
+        elements = loop.iter.elements if isinstance(loop.iter, (cst.Tuple, cst.List)) else None
+        if elements and not any(isinstance(element, cst.StarredElement) for element in elements):
+            # `for logits in (a_logits, b_logits)`: each iteration takes one of the values written out, so the
+            # items share only what every one of them was computed from.
+            read = [self._read_nodes(element.value, state) for element in elements]
+            return self._bind(loop.target, frozenset.intersection(*read) | self._fresh(), state)
         container = self._read_nodes(loop.iter, state)
         shared = container - {max(container)} if container else frozenset()
         return self._bind(loop.target, shared | self._fresh(), state)
