@@ -39,8 +39,9 @@ class OptimizerInLoop(Rule):
     An optimizer built once per fold or per trial of a hyperparameter search is not
     reported, nor one rebuilt per epoch together with a new model, plain SGD rebuilt per
     epoch with the epoch's learning rate, one built under an `if` (a lazy or periodic
-    rebuild), or one over parameters created in the same iteration (a fresh latent or
-    adversarial perturbation optimized for one step).
+    rebuild), or one over parameters created in the same iteration, or in the same call of
+    the helper that builds it (a fresh latent or adversarial perturbation optimized for one
+    step, a new probe fitted per feature set).
 
     Known problems
     Optimizers built by a factory in another module are not seen. An epoch loop is
@@ -170,6 +171,8 @@ class OptimizerInLoop(Rule):
             if analysis.context(call).ifs:
                 continue
             if self._constructs_optimizer(call):
+                if self._over_fresh_parameters(call, function):
+                    continue  # Ex) a helper that fits a new probe: fresh parameters and their optimizer per call
                 return True
             helper = analysis.events.resolve_helper(call)
             if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
@@ -196,11 +199,12 @@ class OptimizerInLoop(Rule):
             and self.analysis.roles.role_of_value(call) in (Role.OPTIMIZER, Role.SCALER)
         )
 
-    def _over_fresh_parameters(self, call: cst.Call, step_node: Loop | cst.FunctionDef) -> bool:
-        """Whether the parameters it optimizes are themselves created anew in this iteration."""
-        if isinstance(step_node, cst.FunctionDef) or not call.args:
+    def _over_fresh_parameters(self, call: cst.Call, region: Loop | cst.FunctionDef) -> bool:
+        """Whether the parameters it optimizes are themselves created anew in this iteration of the loop, or this
+        call of the function (`params = torch.zeros(n, requires_grad=True)` there): a new fit, not a lost state."""
+        if not call.args:
             return False
-        return any(self.analysis.rebinds(step_node, prefix) for prefix in _parameter_prefixes(call))
+        return any(self.analysis.rebinds(region, prefix) for prefix in _parameter_prefixes(call))
 
 
 def _parameter_prefixes(call: cst.Call) -> list[str]:
