@@ -209,9 +209,32 @@ class Mutations:
             if key is None or not self.leaves.is_leaf(target, statement) or _releafs(statement.value):
                 continue
             read = set(names_in(statement.value))
-            if key in read and f"{key}.grad" in read:
+            if key in read and f"{key}.grad" in read and not self._made_leaf_again(statement, key):
                 updates.append(ManualUpdate(statement, target, statement, rebinding=True))
         return updates
+
+    def _made_leaf_again(self, update: cst.Assign, key: str) -> bool:
+        """Whether the loop around `update` makes `key` a leaf again before its next pass: another assignment of a
+        value not read from it (`x = (x - x_orig).clamp(-e, e).detach() + x_orig` reads `x` only through a
+        detached name) or `key.requires_grad_()`, as an attack's perturbation loop does."""
+        loops = self.collected.contexts[update].loops
+        if not loops:
+            return False
+        for statement in self.collected.statements_in_loop(loops[-1]):
+            if statement is update:
+                continue
+            if isinstance(statement, cst.Assign) and any(dotted_name(t.target) == key for t in statement.targets):
+                if key not in set(names_in(statement.value)):
+                    return True
+            elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                func = statement.value.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "requires_grad_"
+                    and dotted_name(func.value) == key
+                ):
+                    return True
+        return False
 
 
 def _releafs(value: cst.BaseExpression) -> bool:
