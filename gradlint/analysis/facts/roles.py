@@ -151,10 +151,12 @@ class Roles:
 
     def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
+            # Each name takes its own element; what a call returns as a whole (`optimizer, scheduler =
+            # model.get_optimizer()`) says nothing of one element.
             sources = _elements(_unwrap_prepare(value))
-            for index, element in enumerate(target.elements):
-                source = sources[index] if sources and len(sources) == len(target.elements) else value
-                self._record_target(element.value, source)
+            if sources and len(sources) == len(target.elements):
+                for element, source in zip(target.elements, sources, strict=True):
+                    self._record_target(element.value, source)
             return
         key = dotted_name(target)
         if key is not None:
