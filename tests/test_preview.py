@@ -15,14 +15,12 @@ from gradlint.cli import main
 from gradlint.config import PREVIEW_VARIABLE, ConfigError, parse_table
 from gradlint.measured import FRESH, in_preview
 
-# GL001 (in preview) and GL003 (on by default) in one file.
+# GL001 (in preview) and GL010 (on by default) in one file.
 SOURCE = textwrap.dedent(
     """\
     import torch
 
-    w = torch.randn(3, requires_grad=True)
-    (w * 2).sum().backward()
-    w -= 0.1 * w.grad
+    index = torch.zeros(3, dtype=torch.long, requires_grad=True)
 
     total_loss = 0
     for x, y in loader:
@@ -47,11 +45,11 @@ def codes(config: Config) -> list[str]:
 
 @pytest.mark.usefixtures("default_gate")
 def test_rules_in_preview_run_only_with_preview_or_their_code_selected() -> None:
-    assert in_preview("GL001") and not in_preview("GL003")
-    assert codes(Config()) == ["GL003"]
-    assert codes(Config(preview=True)) == ["GL001", "GL003"]
+    assert in_preview("GL001") and not in_preview("GL010")
+    assert codes(Config()) == ["GL010"]
+    assert codes(Config(preview=True)) == ["GL001", "GL010"]
     assert codes(Config(select=("GL001",))) == ["GL001"]  # an exact code is explicit consent
-    assert codes(Config(select=("GL00",))) == ["GL003"]  # a prefix is not
+    assert codes(Config(select=("GL0",))) == ["GL010"]  # a prefix is not
 
 
 @pytest.mark.usefixtures("default_gate")
@@ -71,11 +69,11 @@ def test_the_command_line_runs_preview_rules_with_preview(tmp_path: Path, monkey
     Path("train.py").write_text(SOURCE)
     default = CliRunner().invoke(main, ["check", "--no-cache", "-q", "train.py"]).output
     preview = CliRunner().invoke(main, ["check", "--no-cache", "-q", "--preview", "train.py"]).output
-    assert "GL003" in default and "GL001" not in default
-    assert "GL003" in preview and "GL001" in preview
+    assert "GL010" in default and "GL001" not in default
+    assert "GL010" in preview and "GL001" in preview
     listed = CliRunner().invoke(main, ["rules"]).output
     assert "GL001  loss-accumulation            (preview) Checks for" in listed
-    assert "GL003  update-outside-no-grad       Checks for" in listed
+    assert "GL010  int-requires-grad            Checks for" in listed
     measured = FRESH["GL001"]
     stated = f"Right {measured.right} of {measured.findings} times on fresh code"
     assert stated in CliRunner().invoke(main, ["rule", "GL001"]).output
@@ -87,8 +85,8 @@ def test_flake8_runs_preview_rules_with_its_own_option(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "flake8", "--select", "GL", "train.py"]
     default = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True).stdout
     preview = subprocess.run([*command, "--gradlint-preview"], cwd=tmp_path, capture_output=True, text=True).stdout
-    assert "GL003" in default and "GL001" not in default
-    assert "GL003" in preview and "GL001" in preview
+    assert "GL010" in default and "GL001" not in default
+    assert "GL010" in preview and "GL001" in preview
 
 
 def test_every_measured_rule_below_four_in_five_is_in_preview() -> None:
