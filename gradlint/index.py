@@ -29,13 +29,13 @@ from gradlint.project import Project, content_hash
 # nothing to gradient state.
 EFFECT = re.compile(
     rb"backward\(|\.step\(|zero_grad|clear_grads?\(|clip_grad|clip_gradients|unscale_|optim\.|GradScaler|\.grad\b"
-    rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|\w)"
+    rb"|\.eval\(\s*\)|\.train\(\s*(?:\)|True\b|False\b|mode\b|\w*(?:train|mode|flag)\w*\s*\))"
     rb"|\b(?:" + b"|".join(sorted(name.encode() for name in KNOWN_OPTIMIZERS)) + rb"|\w*Optimizer)\("
 )
 # A method that adds onto or appends to an attribute of its object (`self.sum += val`,
 # `self.values[key].append(val)`): it may keep what a caller passes it (`facts.keeping`).
 KEEPS = re.compile(
-    rb"self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=\s*[A-Za-z_(]|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
+    rb"self\.(\w+)\s*=\s*self\.\1\s*[+-]|self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=\s*[A-Za-z_(]|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
 )
 # Code that returns what a constructor call (a capitalized callee) builds, directly or through a name bound to it:
 # its summary proves or not what it returns (`returns_role`).

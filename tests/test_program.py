@@ -951,6 +951,14 @@ METERS = """\
             self.statistics.setdefault(key, []).append(value)
 
 
+    class PlainMeter:
+        def __init__(self):
+            self.total = 0
+
+        def update(self, val):
+            self.total = self.total + val
+
+
     class FloatMeter:
         def __init__(self):
             self.sum = 0.0
@@ -975,12 +983,13 @@ def test_a_method_of_another_module_that_keeps_its_argument_keeps_the_graph(tmp_
             "train/loop.py": """\
                 import torch
                 import torch.nn.functional as F
-                from utils.meters import AverageMeter, Collector, FloatMeter, PerHead
+                from utils.meters import AverageMeter, Collector, FloatMeter, PerHead, PlainMeter
 
 
                 def fit(model, loader):
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                     meter, heads, stats, floats = AverageMeter(), PerHead(2), Collector(), FloatMeter()
+                    plain = PlainMeter()
                     for inputs, targets in loader:
                         optimizer.zero_grad()
                         out = model(inputs)
@@ -994,14 +1003,16 @@ def test_a_method_of_another_module_that_keeps_its_argument_keeps_the_graph(tmp_
                         floats.update(loss)
                         floats["loss"] = loss
                         meter.update(loss.item(), inputs.size(0))
+                        plain.update(aux)
             """,
         },
     )
     found = lint_paths([tmp_path / "train"], Config(root=tmp_path, select=frozenset({"GL001"}), preview=True))
     assert [(d.line, d.message.split(" keeps ")[0]) for d in found] == [
-        (16, "`meter`"),
-        (17, "`heads`"),
-        (18, "`stats`"),
+        (17, "`meter`"),
+        (18, "`heads`"),
+        (19, "`stats`"),
+        (23, "`plain`"),
     ]
     summary = summarize_module(textwrap.dedent(METERS))
     assert summary is not None
@@ -1009,6 +1020,7 @@ def test_a_method_of_another_module_that_keeps_its_argument_keeps_the_graph(tmp_
     assert summary.functions["PerHead.update"].keeps == (("values", "_sum"),)
     assert summary.functions["Collector.__setitem__"].keeps == (("value", "statistics"),)
     assert summary.functions["FloatMeter.update"].keeps == ()
+    assert summary.functions["PlainMeter.update"].keeps == (("val", "total"),)
     assert from_data(to_data(summary)) == summary
 
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.facts.frameworks import backpropagated_returns
-from gradlint.analysis.facts.keeping import CONTAINER_METHODS
+from gradlint.analysis.facts.keeping import CONTAINER_METHODS, added_to
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
@@ -107,7 +107,7 @@ class LossAccumulation(Rule):
                 self._check_kept(node, setitem)
             return
         key = dotted_name(node.targets[0].target)
-        added = _added_to(node.value, key) if key else None
+        added = added_to(node.value, key) if key else None
         if added is not None:
             self._check(node, key, added)
 
@@ -266,42 +266,6 @@ def _reads(node: cst.CSTNode, key: str) -> bool:
 
 def _backpropagates(events: tuple[Event, ...]) -> bool:
     return any(event.kind is Kind.BACKWARD for event in events)
-
-
-def _added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
-    """What `key = value` adds onto the old `key`: `loss` in `total = total + loss` and in an exponential
-    average `avg = 0.9 * avg + 0.1 * loss`, whose old value (scaled, not detached) keeps every graph."""
-    terms = _terms(value)
-    if len(terms) > 1 and any(_scaled_name(term) == key for term in terms):
-        others = [term for term in terms if _scaled_name(term) != key]
-        if others:
-            return others[0] if len(others) == 1 else cst.List([cst.Element(other) for other in others])
-    if (
-        isinstance(value, cst.Call)
-        and dotted_name(value.func) in ("torch.cat", "torch.stack", "torch.concat")
-        and value.args
-    ):
-        items = value.args[0].value
-        if isinstance(items, (cst.List, cst.Tuple)):
-            others = [element.value for element in items.elements if dotted_name(element.value) != key]
-            if len(others) < len(items.elements):
-                return cst.List([cst.Element(other) for other in others])
-    return None
-
-
-def _terms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The terms of a sum or difference (`a + b - c`: a, b, c); one term for anything else."""
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
-        return [*_terms(value.left), *_terms(value.right)]
-    return [value]
-
-
-def _scaled_name(term: cst.BaseExpression) -> str | None:
-    """The name a term is, or is a multiple of: `avg`, `0.9 * avg`, `avg * beta`, `avg / 2`."""
-    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
-        right = dotted_name(term.right) if isinstance(term.operator, cst.Multiply) else None
-        return dotted_name(term.left) or right
-    return dotted_name(term)
 
 
 def _container_key(node: cst.BaseExpression) -> str | None:

@@ -45,10 +45,16 @@ def kept_parameters(collected: Collected, values: GradValues, function: cst.Func
 
 def kept_values(statement: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, str]]:
     """What a statement adds onto or appends to an attribute of `self`, with the attribute: `val * n` in `sum`
-    for `self.sum += val * n`, `val` in `values` for `self.values.append(val)` or `self.values[key].append(val)`."""
+    for `self.sum += val * n` or `self.sum = self.sum + val * n`, `val` in `values` for `self.values.append(val)`
+    or `self.values[key].append(val)`."""
     if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign)):
         attribute = _self_attribute(statement.target)
         return [(statement.value, attribute)] if attribute is not None else []
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+        # Ex) self.sum = self.sum + val * n, as `+=` does
+        attribute = _self_attribute(statement.targets[0].target)
+        added = added_to(statement.value, f"self.{attribute}") if attribute is not None else None
+        return [(added, attribute)] if added is not None and attribute is not None else []
     if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
         call = statement.value
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in CONTAINER_METHODS:
@@ -90,3 +96,39 @@ def _loop_items(collected: Collected, function: cst.FunctionDef, params: frozens
             for name in names_in(loop.target):
                 items.setdefault(name, source)
     return items
+
+
+def added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
+    """What `key = value` adds onto the old `key`: `loss` in `total = total + loss` and in an exponential
+    average `avg = 0.9 * avg + 0.1 * loss`, whose old value (scaled, not detached) keeps every graph."""
+    terms = _terms(value)
+    if len(terms) > 1 and any(_scaled_name(term) == key for term in terms):
+        others = [term for term in terms if _scaled_name(term) != key]
+        if others:
+            return others[0] if len(others) == 1 else cst.List([cst.Element(other) for other in others])
+    if (
+        isinstance(value, cst.Call)
+        and dotted_name(value.func) in ("torch.cat", "torch.stack", "torch.concat")
+        and value.args
+    ):
+        items = value.args[0].value
+        if isinstance(items, (cst.List, cst.Tuple)):
+            others = [element.value for element in items.elements if dotted_name(element.value) != key]
+            if len(others) < len(items.elements):
+                return cst.List([cst.Element(other) for other in others])
+    return None
+
+
+def _terms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum or difference (`a + b - c`: a, b, c); one term for anything else."""
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
+        return [*_terms(value.left), *_terms(value.right)]
+    return [value]
+
+
+def _scaled_name(term: cst.BaseExpression) -> str | None:
+    """The name a term is, or is a multiple of: `avg`, `0.9 * avg`, `avg * beta`, `avg / 2`."""
+    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Multiply, cst.Divide)):
+        right = dotted_name(term.right) if isinstance(term.operator, cst.Multiply) else None
+        return dotted_name(term.left) or right
+    return dotted_name(term)

@@ -271,9 +271,11 @@ class Roles:
             if any(base in MODEL_BASES for base in bases):
                 return Role.MODEL  # Ex) from treelstm.model import SimilarityTreeLSTM (an nn.Module)
         # A factory proves what it builds by what it returns: `make_optimizer(model)` returning `torch.optim.Adam(...)`.
-        if local is not None and local in self.module_functions and local not in self.imports.aliases:
+        if not factories or local is None:
+            return None
+        if local in self.module_functions and local not in self.imports.aliases:
             return self.returned_role(self.module_functions[local])
-        if factories and self.project_returns is not None and local is not None:
+        if self.project_returns is not None:
             returned = self.project_returns(local)
             return Role(returned) if returned is not None else None
         return None
