@@ -1,11 +1,15 @@
 """What the first-look draws of fresh code measured for each rule: the data behind preview and the rules' docs.
 
-A draw (benchmarks/fresh/) lints PyTorch libraries gradlint had never been run on, with
-its defaults, and a person judges every finding before anything is changed for them. A
-rule whose findings there were right less than four times in five is in *preview*: off
-by default, on with `--preview` (or `preview = true`), until a later draw shows it better.
-A rule that never fired in a draw has no measured precision and stays on. The tests check
-these numbers against benchmarks/fresh/draws.json.
+A draw (benchmarks/fresh/) lints PyTorch libraries gradlint had never been run on, and a
+person judges every finding before anything is changed for them. Each draw measures the
+rules as they were at its commit; the analysis learns between draws, so a rule is judged
+by its newest measurements: its findings in the newest draws, counted back from the
+latest until they add up to at least `SAMPLE` findings (all the draws when they never
+do). A rule whose findings there were right less than four times in five is in
+*preview*: off by default, on with `--preview` (or `preview = true`), until a later draw
+shows it better; a rule that leaves preview goes back the first time a draw shows it
+worse. A rule that never fired in a draw has no measured precision and stays on. The
+tests check these numbers against benchmarks/fresh/drawN.json.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Measured:
-    """A rule's findings in the draws so far, and how many of them were right (a bug, a waste or a nit)."""
+    """A rule's findings in some draws, and how many of them were right (a bug, a waste or a nit)."""
 
     findings: int
     right: int
@@ -25,8 +29,11 @@ class Measured:
         """Whether the findings were right at least four times in five."""
         return self.right * 5 >= self.findings * 4
 
+    def __add__(self, other: Measured) -> Measured:
+        return Measured(self.findings + other.findings, self.right + other.right)
 
-# The draws these numbers add up, newest last.
+
+# The draws these numbers come from, oldest first; each rule's counts below follow this order.
 DRAWS = (
     "draw 1 of 2026-12-04: 20 libraries, 1.34 million lines, gradlint 29e1c15",
     "draw 2 of 2026-12-04: 26 libraries, 1.24 million lines, gradlint 560bfe7",
@@ -34,45 +41,69 @@ DRAWS = (
     "draw 4 of 2026-12-05: 44 libraries, 1.44 million lines, gradlint 1ce8f3f",
 )
 LINES = "5.37 million"
+# The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
+SAMPLE = 5
 
-FRESH: dict[str, Measured] = {
-    "GL001": Measured(11, 7),
-    "GL002": Measured(12, 1),
-    "GL003": Measured(1, 0),
-    "GL004": Measured(14, 2),
-    "GL005": Measured(12, 10),
-    "GL006": Measured(15, 0),
-    "GL007": Measured(4, 4),
-    "GL008": Measured(26, 0),
-    "GL009": Measured(61, 43),
-    "GL011": Measured(2, 0),
-    "GL013": Measured(1, 0),
-    "GL014": Measured(2, 0),
-    "GL016": Measured(10, 5),
-    "GL017": Measured(9, 0),
-    "GL018": Measured(15, 0),
-    "GL019": Measured(4, 0),
-    "GL022": Measured(2, 1),
+NONE = Measured(0, 0)  # a draw in which the rule never fired
+FRESH: dict[str, tuple[Measured, ...]] = {
+    "GL001": (Measured(1, 0), NONE, Measured(3, 1), Measured(7, 6)),
+    "GL002": (Measured(3, 0), Measured(4, 0), Measured(1, 1), Measured(4, 0)),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0)),
+    "GL004": (Measured(2, 0), Measured(9, 0), Measured(2, 2), Measured(1, 0)),
+    "GL005": (Measured(1, 0), NONE, Measured(6, 6), Measured(5, 4)),
+    "GL006": (NONE, Measured(15, 0), NONE, NONE),
+    "GL007": (NONE, Measured(4, 4), NONE, NONE),
+    "GL008": (Measured(5, 0), Measured(5, 0), Measured(7, 0), Measured(9, 0)),
+    "GL009": (Measured(6, 0), Measured(6, 4), Measured(14, 6), Measured(35, 33)),
+    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE),
+    "GL013": (NONE, NONE, NONE, Measured(1, 0)),
+    "GL014": (NONE, NONE, NONE, Measured(2, 0)),
+    "GL016": (Measured(1, 0), Measured(3, 2), Measured(3, 1), Measured(3, 2)),
+    "GL017": (Measured(2, 0), Measured(3, 0), Measured(2, 0), Measured(2, 0)),
+    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE),
+    "GL019": (Measured(3, 0), NONE, Measured(1, 0), NONE),
+    "GL022": (Measured(2, 1), NONE, NONE, NONE),
 }
 
 
+def total(code: str) -> Measured:
+    """The rule's findings over every draw."""
+    return sum(FRESH.get(code, ()), NONE)
+
+
+def newest(code: str) -> tuple[Measured, int]:
+    """The rule's findings in its newest draws (back from the latest until `SAMPLE` findings), and how many draws."""
+    counted, draws = NONE, 0
+    for measured in reversed(FRESH.get(code, ())):
+        if counted.findings >= SAMPLE:
+            break
+        counted, draws = counted + measured, draws + 1
+    return counted, draws
+
+
 def in_preview(code: str) -> bool:
-    """Whether the rule `code` is off by default: measured on fresh code and right less than four times in five."""
-    measured = FRESH.get(code)
-    return measured is not None and not measured.trusted
+    """Whether the rule `code` is off by default: its newest findings were right less than four times in five."""
+    counted, _draws = newest(code)
+    return counted.findings > 0 and not counted.trusted
 
 
 def precision_text(code: str) -> str:
     """The documentation's account of what the draws measured for the rule `code`."""
-    measured = FRESH.get(code)
-    if measured is None:
+    counted, draws = newest(code)
+    if counted.findings == 0:
         return f"No finding in the draws of fresh code so far ({LINES} lines): not measured yet. On by default."
     status = (
-        "In preview: off by default, on with `--preview` or `preview = true`."
-        if not measured.trusted
-        else "On by default."
+        "On by default." if counted.trusted else "In preview: off by default, on with `--preview` or `preview = true`."
     )
-    return (
-        f"Right {measured.right} of {measured.findings} times on fresh code ({LINES} lines nobody had "
-        f"tuned the rules to, judged at first look; benchmarks/fresh/). {status}"
+    every = total(code)
+    if draws == len(DRAWS):
+        where = f"over all {len(DRAWS)} draws ({LINES} lines)"
+    else:
+        where = "in the latest draw" if draws == 1 else f"in the latest {draws} draws"
+    text = (
+        f"Right {counted.right} of {counted.findings} times on fresh code {where} (libraries nobody had tuned "
+        f"the rules to, judged at first look; benchmarks/fresh/)"
     )
+    if draws < len(DRAWS):
+        text += f"; {every.right} of {every.findings} over all {len(DRAWS)} draws ({LINES} lines)"
+    return f"{text}. {status}"
