@@ -6,7 +6,9 @@ only when an input already carries one. A class is proven to hold none when it d
 from `torch.nn.Module` (directly, or through classes proven the same way) and nothing
 any of its methods stores on `self` can hold one: literals, plain tensors made by torch
 functions without `requires_grad=True`, buffers, torch's layers without weights (`nn.ReLU`,
-`nn.Dropout`, `nn.MaxPool2d`, the losses) and instances of classes proven the same way.
+`nn.Dropout`, `nn.MaxPool2d`, the losses), layers whose weight is frozen from the start
+(`nn.Embedding.from_pretrained(t)`, whose `freeze` defaults to True) and instances of
+classes proven the same way; what holds only frozen weights builds no graph either.
 Anything else (an argument stored on `self`, a layer with weights, an unknown call,
 `add_module`, `setattr`) may hold parameters: unknown, so the class is not proven.
 """
@@ -38,6 +40,8 @@ PARAMETERLESS_LAYERS = frozenset(
         "CosineSimilarity", "PairwiseDistance",
     }
 )  # fmt: skip
+# torch.nn layers built from a tensor whose weight does not require grad unless `freeze=False` is passed.
+FROZEN_BY_DEFAULT = frozenset({"torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained"})
 MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 # Methods of `self` that store nothing that could hold parameters.
 HARMLESS_SELF_CALLS = frozenset({"register_buffer", "train", "eval", "to", "cuda", "cpu", "float", "double", "half"})
@@ -107,9 +111,11 @@ def _stores_nothing_trainable(collected: Collected, cls: cst.ClassDef, known: _K
                 value = statement.value
                 if any(_on_self(target) for target in targets) and (value is None or not _free(value, known)):
                     return False
+                if any(_unfreezes(target) for target in targets):
+                    return False
             elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
                 call = statement.value
-                if _stores_through(call):
+                if _stores_through(call) or _unfreezes(call.func):
                     return False
     return True
 
@@ -122,6 +128,12 @@ def _on_self(target: cst.BaseExpression) -> bool:
     return key.startswith("self.") and key.count(".") == 1
 
 
+def _unfreezes(node: cst.BaseExpression) -> bool:
+    """`self.embed.weight.requires_grad = ...` or `self.embed.requires_grad_(...)`: a frozen weight may train."""
+    key = dotted_name(node) or ""
+    return key.startswith("self.") and key.rsplit(".", 1)[1] in ("requires_grad", "requires_grad_")
+
+
 def _stores_through(call: cst.Call) -> bool:
     """`self.add_module(...)`, `self.register_parameter(...)`, `setattr(self, ...)`: stores what cannot be read."""
     func = call.func
@@ -130,6 +142,10 @@ def _stores_through(call: cst.Call) -> bool:
     if isinstance(func, cst.Attribute) and dotted_name(func.value) == "self":
         return func.attr.value not in HARMLESS_SELF_CALLS and func.attr.value.startswith(("add_", "register_"))
     return False
+
+
+def _is_true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
 
 
 def _free(value: cst.BaseExpression, known: _Known) -> bool:
@@ -149,6 +165,8 @@ def _free(value: cst.BaseExpression, known: _Known) -> bool:
     if any(arg.keyword is not None and arg.keyword.value == "requires_grad" for arg in value.args):
         return False
     qualified = known.imports.resolve(value.func) or ""
+    if qualified in FROZEN_BY_DEFAULT:
+        return all(arg.keyword is None or arg.keyword.value != "freeze" or _is_true(arg.value) for arg in value.args)
     if qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
         return qualified.rsplit(".", 1)[1][:1].islower()  # a function making a plain tensor, not a class
     return known.parameterless(value.func)

@@ -323,9 +323,21 @@ class Evaluation:
                 continue
             if self._retries_with_gradients(call):
                 continue
+            if self._builds_no_graph(call) or self._forward_needs_gradients(call):
+                continue
             if self._records(call) and (self.forwards.is_forward(call) or self.helper_forward(call) is not None):
                 found.append(call)
         return found
+
+    def _builds_no_graph(self, call: cst.Call) -> bool:
+        """Whether `call` runs a module proven to hold no trainable parameters on inputs proven to carry no graph:
+        it records nothing, under no_grad or not."""
+        func = call.func
+        module = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+        statement = self.collected.statement_of.get(call)
+        if statement is None or not self.values.holds_no_parameters(module, self.collected.contexts[call].scope):
+            return False
+        return not any(self.values.is_grad(arg.value, statement) for arg in call.args)
 
     def _retries_with_gradients(self, call: cst.Call) -> bool:
         """Whether `call` runs in an `except` handler whose `try` ran a forward under no_grad: the retry runs
@@ -347,6 +359,30 @@ class Evaluation:
             for attempt in attempts
             for inner in descendants(attempt.body)
         )
+
+    def _forward_needs_gradients(self, call: cst.Call) -> bool:
+        """Whether `model(x)` runs the `forward` of a same-module class that backpropagates or asks autograd for
+        gradients itself (a poisoning model whose forward scores samples by `torch.autograd.grad`): under no_grad
+        it would raise, so it records on purpose."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            view = call
+        else:
+            view = cst.Call(func=cst.Attribute(value=func, attr=cst.Name("forward")), args=call.args)
+        forward = self.events.resolve_instance_method(view, call)
+        return forward is not None and self._needs_gradients(forward)
+
+    def _needs_gradients(self, function: cst.FunctionDef, depth: int = 0) -> bool:
+        """Whether `function`, or a same-module helper it calls, has a gradient event or asks for gradients."""
+        if depth > MAX_CALLER_DEPTH or self.events.scope_events(function):
+            return True
+        calls = self.collected.calls_in_scope(function)
+        if any(map(_asks_for_gradients, calls)) or any(
+            map(_enables_requires_grad, self.collected.statements_in_scope(function))
+        ):
+            return True
+        helpers = (self.events.resolve_helper(inner) for inner in calls)
+        return any(helper is not None and self._needs_gradients(helper, depth + 1) for helper in helpers)
 
     def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
         """The forward pass a same-module helper that `call` runs makes with autograd recording (`self._eval_step(
