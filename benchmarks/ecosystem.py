@@ -71,7 +71,11 @@ REPOSITORIES = {
     "tutorials-kr": ("https://github.com/PyTorchKorea/tutorials-kr", "84b7db6e020c098cf38a0dfaf036007c24057bb1"),
 }
 # The libraries of every judged first-look draw (benchmarks/fresh/): a regression check once judged.
-FRESH_LISTINGS = sorted((Path(__file__).parent / "fresh").glob("draw*-libraries.txt"))
+FRESH_LISTINGS = sorted(
+    listing
+    for listing in (Path(__file__).parent / "fresh").glob("draw*-libraries.txt")
+    if listing.with_name(listing.name.replace("-libraries.txt", ".json")).is_file()  # judged: not a first look to come
+)
 SETS = ("training", "large", "repositories", "fresh")
 # Outside the repository, so that its .gitignore does not apply to the projects.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gradlint-ecosystem"
