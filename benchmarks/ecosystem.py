@@ -98,6 +98,10 @@ class ProjectResult:
         return 10_000 * len(self.diagnostics) / max(self.lines, 1)
 
 
+class FetchError(Exception):
+    """A pinned project the package registry does not serve (yanked, or built only for other platforms)."""
+
+
 def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
     """Download and unpack a project's wheel (or, lacking one, its source archive) once; return the folder.
 
@@ -112,8 +116,10 @@ def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{name}=={version}", "-d", str(CACHE)]
         first, then = (":all:", ":none:") if source_first else (":none:", ":all:")
         if subprocess.run([*command, "--no-binary", first], check=False).returncode != 0:
-            subprocess.run([*command, "--no-binary", then], check=True)  # learn2learn has no wheel, torchrl no sdist
+            subprocess.run([*command, "--no-binary", then], check=False)  # learn2learn has no wheel, torchrl no sdist
         archives = _archives(name, version)
+    if not archives:
+        raise FetchError(f"{name}=={version}: the registry gave neither a wheel nor a source archive")
     archive = next((path for path in archives if path.suffix != ".whl"), archives[0]) if source_first else archives[0]
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as wheel:
@@ -125,10 +131,16 @@ def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
 
 
 def _archives(name: str, version: str) -> list[Path]:
-    """The wheels, then the source archives, of a project's version in the cache."""
-    stem = re.sub(r"[-.]", "_", name)  # the normalized name archives carry (autogluon.multimodal)
-    wheels = CACHE.glob(f"{stem}-{version}[-+]*.whl")
-    return [*wheels, *dict.fromkeys([*CACHE.glob(f"{name}-{version}.tar.gz"), *CACHE.glob(f"{stem}-{version}.tar.gz")])]
+    """The wheels, then the source archives, of a project's version in the cache (names compared case-blind)."""
+    stems = {name.lower(), re.sub(r"[-.]", "_", name).lower()}  # normalized names: autogluon_multimodal
+    wheels, sources = [], []
+    for path in sorted(CACHE.iterdir()):
+        lowered = path.name.lower()  # MONAILabel-0.8.5.tar.gz
+        if lowered.endswith(".whl") and any(lowered.startswith((f"{s}-{version}-", f"{s}-{version}+")) for s in stems):
+            wheels.append(path)
+        elif any(lowered == f"{stem}-{version}.tar.gz" for stem in stems):
+            sources.append(path)
+    return [*wheels, *sources]
 
 
 def checkout(name: str, url: str, commit: str, sources: Path | None) -> Path:

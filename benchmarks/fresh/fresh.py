@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: the ecosystem check's download and report
 
-from ecosystem import fetch, lint_tree, render  # noqa: E402
+from ecosystem import FetchError, fetch, lint_tree, render  # noqa: E402
 
 RIGHT = frozenset({"bug", "waste", "nit"})
 
@@ -64,9 +64,14 @@ def main() -> None:
         return
     if args.listing is None:
         parser.error("a listing of libraries is needed (or --tally)")
-    results = [
-        lint_tree(name, version, fetch(name, version, source_first=True)) for name, version in libraries(args.listing)
-    ]
+    results = []
+    for name, version in libraries(args.listing):
+        try:
+            root = fetch(name, version, source_first=True)
+        except FetchError as error:  # reported, and the draw goes on: the listing's header records the swap
+            print(f"not linted: {error}", file=sys.stderr)
+            continue
+        results.append(lint_tree(name, version, root))
     out = args.out or args.listing.with_name(args.listing.name.replace("-libraries.txt", "-findings.md"))
     out.write_text(render(results))
     for result in results:
