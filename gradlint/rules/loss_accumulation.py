@@ -33,7 +33,8 @@ class LossAccumulation(Rule):
     keeps it (a meter's `update(val, n)` running `self.sum += val * n`, a statistics
     collector whose `__setitem__` appends to a list per key) keeps the graphs as well,
     wherever in the project that class is defined; a method that keeps `float(val)` or
-    `val.item()` keeps none.
+    `val.item()` keeps none, and neither does one that first turns a tensor into a number
+    (`if isinstance(val, torch.Tensor): val = val.item()`).
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is

@@ -13,32 +13,29 @@ import libcst as cst
 
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected
-from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.names import dotted_name
 from gradlint.analysis.syntax.refs import all_params
 
 # Methods that add their argument to the container they are called on.
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
 # Calls on a container attribute that hand back one of its entries: `self.data.setdefault(key, [])`.
 ENTRY_METHODS = frozenset({"setdefault", "get"})
-# Iterables that hand out their argument's items: `for i, value in enumerate(values)`.
-ITEM_WRAPPERS = frozenset({"enumerate", "list", "tuple", "reversed"})
 
 
 def kept_parameters(collected: Collected, values: GradValues, function: cst.FunctionDef) -> tuple[tuple[str, str], ...]:
     """(parameter, attribute) for each parameter whose graph `function` adds onto or appends to an attribute of
     `self`: `self.sum += val * n` keeps `val` in `sum` (not `self.sum += val.item()`, nor `float(val)`);
     `self._sum[i] += v` inside `for i, v in enumerate(values)` keeps `values` in `_sum`;
-    `self.data.setdefault(key, []).append(value)` keeps `value` in `data`."""
+    `self.data.setdefault(key, []).append(value)` keeps `value` in `data`; a parameter the body first rebinds
+    to a number where it is a tensor (`if isinstance(val, torch.Tensor): val = val.item()`) keeps nothing."""
     params = all_params(function) - {"self", "cls"}
     if not params:
         return ()
-    items = _loop_items(collected, function, params)
     found: dict[str, str] = {}
     for statement in collected.statements_in_scope(function):
         for kept, attribute in kept_values(statement):
             for param in sorted(params - set(found)):
-                carried = {param: True} | {item: True for item, source in items.items() if source == param}
-                if values.evaluate(kept, carried, function):
+                if values.evaluate_assuming(kept, statement, {param: True}, function):
                     found[param] = attribute
     return tuple(found.items())
 
@@ -80,22 +77,6 @@ def _self_attribute(target: cst.BaseExpression) -> str | None:
             break
     key = dotted_name(target) or ""
     return key[len("self.") :] if key.startswith("self.") and key.count(".") == 1 else None
-
-
-def _loop_items(collected: Collected, function: cst.FunctionDef, params: frozenset[str]) -> dict[str, str]:
-    """Loop variables of `function` that take the items of a parameter: `v` in `for i, v in enumerate(values)`."""
-    items: dict[str, str] = {}
-    for loop in collected.loops:
-        if not isinstance(loop, cst.For) or collected.contexts[loop].scope is not function:
-            continue
-        iterable = loop.iter
-        while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITEM_WRAPPERS and len(iterable.args) == 1:
-            iterable = iterable.args[0].value
-        source = dotted_name(iterable)
-        if source in params:
-            for name in names_in(loop.target):
-                items.setdefault(name, source)
-    return items
 
 
 def added_to(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:

@@ -63,6 +63,8 @@ NON_GRAD_BUILTINS = frozenset(
 VALUES_AND_INDICES = frozenset(
     {"max", "min", "median", "nanmedian", "mode", "sort", "topk", "kthvalue", "cummax", "cummin"}
 )
+# Builtins that hand out their argument's items unchanged: `for loss in reversed(losses)`.
+ITEM_WRAPPERS = frozenset({"list", "tuple", "reversed", "sorted"})
 # torch functions whose result has no graph whatever their inputs.
 NON_GRAD_TORCH = frozenset(
     {
@@ -83,6 +85,7 @@ class GradValues:
         self.roles = roles
         self.events = events
         self._env_at: dict[cst.CSTNode, Env] = {}
+        self._assumed: dict[tuple[Scope, tuple[tuple[str, bool], ...]], dict[cst.CSTNode, Env]] = {}
         self._walked: set[Scope] = set()
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
@@ -133,6 +136,17 @@ class GradValues:
             self._walked.add(scope)
             _Walker(self, scope, {}, recording=True).walk_scope(scope)
         return self._env_at.get(statement, {})
+
+    def evaluate_assuming(self, expression: cst.BaseExpression, at: cst.CSTNode, assumed: Env, scope: Scope) -> bool:
+        """Whether `expression` carries a graph just before statement `at` of `scope` when the walk starts from
+        `assumed` (a function's parameters taken to hold graphs): what the body rebinds them to on the way
+        (`val = val.item()`) and the type tests it passes (`if isinstance(val, torch.Tensor):`) count."""
+        key = (scope, tuple(sorted(assumed.items())))
+        if key not in self._assumed:
+            walker = _Walker(self, scope, dict(assumed), recording=True, into={})
+            walker.walk_scope(scope)
+            self._assumed[key] = walker.into
+        return self.evaluate(expression, self._assumed[key].get(at, assumed), scope)
 
     def _scope_of_statement(self, statement: cst.CSTNode) -> Scope:
         context = self.collected.contexts.get(statement)
@@ -323,12 +337,20 @@ def _creates_graph(call: cst.Call) -> bool:
 class _Walker(ForwardWalk[bool]):
     """One forward pass over a scope, tracking which names hold a graph."""
 
-    def __init__(self, values: GradValues, scope: Scope, initial: dict[str, bool], recording: bool) -> None:
+    def __init__(
+        self,
+        values: GradValues,
+        scope: Scope,
+        initial: dict[str, bool],
+        recording: bool,
+        into: dict[cst.CSTNode, Env] | None = None,
+    ) -> None:
         super().__init__()
         self.values = values
         self.scope = scope
         self.env = dict(initial)
         self.recording = recording
+        self.into = values._env_at if into is None else into  # where each statement's state is recorded
         self.returns_grad = False
         self.returned: list[tuple[bool, ...] | None] = []  # per `return`: its elements' facts, if a tuple
 
@@ -340,11 +362,37 @@ class _Walker(ForwardWalk[bool]):
 
     def record(self, statement: cst.CSTNode) -> None:
         if self.recording:
-            self.values._env_at[statement] = self.env
+            self.into[statement] = self.env
+
+    def enter_branch(self, test: cst.BaseExpression, outcome: bool) -> None:
+        # A name that fails `isinstance(val, torch.Tensor)` is no tensor there, so it holds no graph.
+        proven = self.values.collected.no_tensor_when(test)
+        if proven is not None and proven[1] == outcome:
+            self.env = {**self.env, proven[0]: False}
 
     def enter_iteration(self, loop: cst.For | cst.While) -> None:
         if isinstance(loop, cst.For):
-            self.assign(loop.target, self.values.evaluate(loop.iter, self.env, self.scope))
+            self._bind_items(loop.target, loop.iter)
+
+    def _bind_items(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+        """Bind a loop's target to the items of `iterable`: the items of a graph-carrying iterable carry it,
+        `enumerate` pairs a count with them, `zip` takes one from each of its iterables."""
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.args:
+            name, args = iterable.func.value, [arg.value for arg in iterable.args if arg.keyword is None]
+            parts = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
+            plain = parts is not None and not any(isinstance(part, cst.StarredElement) for part in parts)
+            if name in ITEM_WRAPPERS and len(args) == 1:
+                self._bind_items(target, args[0])
+                return
+            if name == "enumerate" and args and parts is not None and plain and len(parts) == 2:
+                self.assign(parts[0].value, False)
+                self._bind_items(parts[1].value, args[0])
+                return
+            if name == "zip" and parts is not None and plain and len(parts) == len(args):
+                for part, arg in zip(parts, args, strict=True):
+                    self._bind_items(part.value, arg)
+                return
+        self.assign(target, self.values.evaluate(iterable, self.env, self.scope))
 
     def merge(self, first: Env, second: Env) -> dict[str, bool]:
         merged = dict(first)

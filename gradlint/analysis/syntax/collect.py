@@ -26,6 +26,8 @@ UNFOLLOWED = "unfollowed"
 # Hooks some framework runs under torch.no_grad() (Lightning's validation_step, ...).
 WITHOUT_GRAD_HOOKS = frozenset(name for f in DRIVING if f.hooks is not None for name in f.hooks.without_grad)
 MAX_BASE_DEPTH = 8
+# The tensor type an `isinstance` test names, through the imports: a value that fails the test is no tensor.
+TENSOR_TYPE = "torch.Tensor"
 
 
 class GradMode(Enum):
@@ -187,18 +189,37 @@ class Collected:
         context = self.contexts.get(at)
         found: set[str] = set()
         for branch in context.ifs if context is not None else ():
-            test = branch.test if isinstance(branch, cst.If) else None
-            if (
-                isinstance(test, cst.Call)
-                and last_name(test.func) == "isinstance"
-                and len(test.args) == 2
-                and dotted_name(test.args[0].value) == key
-                and any(node is at for node in descendants(cast(cst.If, branch).body))
-            ):
-                tested = test.args[1].value
-                types = [element.value for element in tested.elements] if isinstance(tested, cst.Tuple) else [tested]
-                found.update(name for name in map(self.imports.resolve, types) if name is not None)
+            if not isinstance(branch, cst.If):
+                continue
+            tested = self.isinstance_test(branch.test)
+            if tested is not None and tested[0] == key and any(node is at for node in descendants(branch.body)):
+                found.update(tested[1])
         return frozenset(found)
+
+    def isinstance_test(self, test: cst.BaseExpression) -> tuple[str, frozenset[str]] | None:
+        """The name an `isinstance(key, T)` call tests and the qualified names of its types (a tuple of them
+        too), resolved through the imports."""
+        if not (isinstance(test, cst.Call) and last_name(test.func) == "isinstance" and len(test.args) == 2):
+            return None
+        key = dotted_name(test.args[0].value)
+        tested = test.args[1].value
+        types = [element.value for element in tested.elements] if isinstance(tested, cst.Tuple) else [tested]
+        return (key, frozenset(n for n in map(self.imports.resolve, types) if n is not None)) if key else None
+
+    def no_tensor_when(self, test: cst.BaseExpression) -> tuple[str, bool] | None:
+        """(name, outcome): the name that is proven no tensor where `test` has that outcome. `isinstance(val,
+        torch.Tensor)` (a tuple of types naming it too) and `torch.is_tensor(val)` are False for anything but a
+        tensor; `not` turns the outcome round."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.no_tensor_when(test.expression)
+            return (inner[0], not inner[1]) if inner is not None else None
+        tested = self.isinstance_test(test)
+        if tested is not None:
+            return (tested[0], False) if TENSOR_TYPE in tested[1] else None
+        if isinstance(test, cst.Call) and self.imports.resolve(test.func) == "torch.is_tensor" and len(test.args) == 1:
+            key = dotted_name(test.args[0].value)
+            return (key, False) if key is not None else None
+        return None
 
     def framework_of(self, owner: cst.ClassDef, depth: int = 0) -> Framework | str | None:
         """The framework that drives the class (`gradlint.frameworks.Hooks`): one of its bases is the framework's,

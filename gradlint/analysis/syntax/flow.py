@@ -38,6 +38,9 @@ class ForwardWalk(Generic[Fact]):
     def enter_iteration(self, loop: cst.For | cst.While) -> None:
         """Hook: called at the top of each walk of a loop body (binds a for-loop's target)."""
 
+    def enter_branch(self, test: cst.BaseExpression, outcome: bool) -> None:
+        """Hook: called on entering the branch of an `if` that runs when `test` has `outcome`."""
+
     def walk_scope(self, scope: Scope) -> None:
         """Walk a module's or function's body."""
         if isinstance(scope, cst.Module):
@@ -72,8 +75,10 @@ class ForwardWalk(Generic[Fact]):
 
     def _walk_if(self, statement: cst.If) -> None:
         before = self.env
+        self.enter_branch(statement.test, True)
         self._suite(statement.body)
         after_body, self.env = self.env, before
+        self.enter_branch(statement.test, False)
         if isinstance(statement.orelse, cst.If):
             self.walk_statement(statement.orelse)
         elif statement.orelse is not None:
