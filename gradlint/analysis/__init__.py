@@ -10,7 +10,7 @@ import libcst as cst
 
 from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.callers import CallerGradMode
-from gradlint.analysis.facts.dtypes import TensorDtypes
+from gradlint.analysis.facts.dtypes import DtypeKind, TensorDtypes
 from gradlint.analysis.facts.graphs import Graphs
 from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
@@ -29,6 +29,7 @@ from gradlint.analysis.syntax.collect import Collected, Context, GradMode, Loop,
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.analysis.syntax.positions import ModulePositions, WrittenStatements
 from gradlint.analysis.syntax.refs import BUILTINS
+from gradlint.analysis.syntax.tree import descendants
 from gradlint.analysis.training.accumulation import Accumulations
 from gradlint.analysis.training.copies import LeafCopies
 from gradlint.analysis.training.evaluation import Evaluation
@@ -42,6 +43,8 @@ from gradlint.pytest_layout import TestLayout
 
 # How far class bases are followed to decide whether a class holds tests.
 MAX_CLASS_DEPTH = 8
+# Methods that take an entry out of a list or deque and return it.
+TAKING_METHODS = frozenset({"pop", "popleft"})
 
 __all__ = ["Context", "Event", "GradMode", "Kind", "ModuleAnalysis", "Role", "TrainingStep", "analyze"]
 
@@ -162,6 +165,12 @@ class ModuleAnalysis:
     def dtypes(self) -> TensorDtypes:
         """Whether tensor expressions are integral or floating, where the source shows it."""
         return TensorDtypes(self.collected)
+
+    def holds_no_graph(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether `target`, just before statement `at`, is a tensor of an integer or bool dtype (`counts =
+        torch.zeros([], dtype=torch.int)`): such a tensor cannot require grad, so nothing added into it in place
+        keeps a graph."""
+        return self.dtypes.dtype_of(target, at) is DtypeKind.INTEGRAL
 
     @property
     def origins(self) -> Origins:
@@ -437,19 +446,29 @@ class ModuleAnalysis:
         return self.rebinds(method, "self." + key[len(owner) + 1 :], seen | {method})
 
     def backpropagated_names(self, region: Loop | cst.FunctionDef) -> set[str]:
-        """Names whose value reaches a backward inside `region`, through assignments."""
+        """Names whose value reaches a backward inside `region`, through assignments and through the arguments
+        of a helper of this module that backpropagates its parameter (`backward_step(output)`)."""
         names: set[str] = set()
         for event in self.events.region_events(region):
-            if event.kind is Kind.BACKWARD and event.value is not None and event.direct:
+            if event.kind is not Kind.BACKWARD or event.value is None:
+                continue
+            if event.direct:
                 names.update(names_in(event.value))
+            elif event.via is None and isinstance(event.site, cst.Call):
+                helper = self.events.resolve_helper(event.site)
+                given = arguments_of(helper, event.site) if helper is not None else {}
+                for name in names_in(event.value):
+                    if name in given:
+                        names.update({*names_in(given[name]), *_taken_from(given[name])})
         assignments = [s for s in self.statements_in(region) if isinstance(s, cst.Assign)]
         changed = True
         while changed:
             changed = False
             for statement in assignments:
                 targets = {dotted_name(target.target) for target in statement.targets}
-                if targets & names and not set(names_in(statement.value)) <= names:
-                    names.update(names_in(statement.value))
+                read = set(names_in(statement.value)) | _taken_from(statement.value)
+                if targets & names and not read <= names:
+                    names.update(read)
                     changed = True
         return names
 
@@ -499,6 +518,25 @@ def _object_key(argument: cst.BaseExpression) -> str | None:
     if isinstance(argument, cst.Attribute) and argument.attr.value == "param_groups":
         return dotted_name(argument.value)
     return dotted_name(argument)
+
+
+def _taken_from(value: cst.BaseExpression) -> set[str]:
+    """The containers `value` takes an entry out of: `queue` in `queue.pop(0)`, `queue.popleft()` or
+    `queues[chunk].pop(0)`, so a backward on the entry backpropagates what the container kept (a pipeline
+    schedule's queue of outputs)."""
+    taken: set[str] = set()
+    for node in descendants(value):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in TAKING_METHODS
+        ):
+            container = node.func.value
+            while isinstance(container, cst.Subscript):
+                container = container.value
+            key = dotted_name(container)
+            taken.update([key] if key is not None else [])
+    return taken
 
 
 def _bound_keys(target: cst.BaseExpression) -> set[str]:

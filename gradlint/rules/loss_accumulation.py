@@ -34,7 +34,11 @@ class LossAccumulation(Rule):
     collector whose `__setitem__` appends to a list per key) keeps the graphs as well,
     wherever in the project that class is defined; a method that keeps `float(val)` or
     `val.item()` keeps none, and neither does one that first turns a tensor into a number
-    (`if isinstance(val, torch.Tensor): val = val.item()`).
+    (`if isinstance(val, torch.Tensor): val = val.item()`). A queue whose entries are taken
+    out again and backpropagated (a pipeline schedule's `outputs.pop(0)` handed to a
+    backward, here or through a helper of the module) keeps its graphs only until their
+    backward, and an integer tensor (`total_tokens = torch.zeros([], dtype=torch.int)`)
+    holds no graph whatever is added into it.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
@@ -152,6 +156,8 @@ class LossAccumulation(Rule):
         analysis = self.analysis
         if key is None or not analysis.is_grad(value, statement):
             return
+        if isinstance(statement, cst.AugAssign) and analysis.holds_no_graph(statement.target, statement):
+            return  # Ex) total_tokens += tokens into an integer tensor: the sum has no graph
         context = analysis.context(statement)
         region = next(
             (loop for loop in reversed(context.loops) if _backpropagates(analysis.events.region_events(loop))),

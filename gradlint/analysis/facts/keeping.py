@@ -32,8 +32,11 @@ def kept_parameters(collected: Collected, values: GradValues, function: cst.Func
     if not params:
         return ()
     found: dict[str, str] = {}
+    every = dict.fromkeys(params, True)
     for statement in collected.statements_in_scope(function):
         for kept, attribute in kept_values(statement):
+            if not values.evaluate_assuming(kept, statement, every, function):
+                continue  # no graph even were every parameter to carry one: one walk answers for all of them
             for param in sorted(params - set(found)):
                 if values.evaluate_assuming(kept, statement, {param: True}, function):
                     found[param] = attribute
