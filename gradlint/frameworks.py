@@ -47,9 +47,14 @@ class Framework:
 
 
 LIGHTNING_HOOKS = Hooks(
-    bases=("LightningModule",),
+    bases=("LightningModule", "Callback"),
     backpropagated=("training_step",),
-    without_grad=("validation_step", "test_step", "predict_step"),
+    without_grad=(
+        "validation_step", "test_step", "predict_step",
+        # the evaluation loops' own hooks, of a LightningModule or a Callback: Lightning runs each loop under no_grad
+        "on_validation_epoch_end", "on_validation_batch_end", "on_test_epoch_end", "on_test_batch_end",
+        "on_predict_epoch_end", "on_predict_batch_end",
+    ),
     after_backward=(
         "on_after_backward", "on_before_optimizer_step", "configure_gradient_clipping", "optimizer_step",
         "on_before_zero_grad", "on_after_optimizer_step", "on_train_batch_end",
