@@ -37,8 +37,10 @@ class EvalWithoutNoGrad(Rule):
     after the same forward failed under `no_grad` records on purpose (a model that needs
     autograd inside its forward) and is not reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions,
-    Lightning's `validation_step`/`test_step`/`predict_step` (of a LightningModule),
-    training code, and code that wants gradients with respect to the inputs
+    Lightning's `validation_step`/`test_step`/`predict_step` (of a LightningModule) and
+    the evaluation loops' hooks (`on_validation_epoch_end`, ..., of the module or of a
+    `Callback`), the `forward` of a class proven an nn.Module (it runs in the grad mode of
+    whoever calls the module), training code, and code that wants gradients with respect to the inputs
     (saliency maps, adversarial examples: `x.requires_grad_()`,
     `torch.autograd.grad`) are fine and not reported.
 

@@ -111,7 +111,7 @@ class Evaluation:
             scope = self.collected.contexts[loop].scope
             looping[scope] = looping.get(scope, False) or iterates_loader(loop)
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
-        for scope in (scope for scope in scopes if scope in looping):
+        for scope in (scope for scope in scopes if scope in looping and not self._is_module_forward(scope)):
             for region in self.regions(scope, by_shape=looping[scope]):
                 if self._wants_gradients(region):
                     continue
@@ -120,6 +120,14 @@ class Evaluation:
                     if loop not in first or self.collected.order[call] < self.collected.order[first[loop]]:
                         first[loop] = call
         return sorted(first.values(), key=self.collected.order.__getitem__)
+
+    def _is_module_forward(self, scope: Scope) -> bool:
+        """Whether `scope` is the `forward` of a class proven an nn.Module: it runs in the grad mode of whoever calls
+        the module (a trainer with gradients, an evaluation loop under no_grad), which is unknown here."""
+        if not isinstance(scope, cst.FunctionDef) or scope.name.value != "forward":
+            return False
+        owner = self.collected.owners.get(scope)
+        return owner is not None and self.roles.is_model_class(owner)
 
     def no_grad_target(self, call: cst.Call) -> tuple[cst.CSTNode, ...]:
         """The consecutive statements to run under no_grad for a reported forward; () when none is safe."""
