@@ -28,7 +28,7 @@ from gradlint.analysis.facts.values import (
     values_and_indices_source,
 )
 from gradlint.analysis.syntax.collect import Collected
-from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
 
 MAX_DEPTH = 6
 # Operations with no gradient, reported when they are applied to a value with history.
@@ -568,7 +568,7 @@ class Lineages:
         return key is not None and key.split(".", 1)[0] in self.roles.imports.aliases
 
     def _is_model_call(self, func: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        callee = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+        callee = forward_receiver(func)
         if isinstance(callee, cst.Name) and callee.value == "self":
             context = self.collected.contexts.get(at)
             owner = context.class_def if context is not None else None

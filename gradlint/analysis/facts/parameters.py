@@ -20,7 +20,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from gradlint.analysis.syntax.collect import Collected
-from gradlint.analysis.syntax.names import ImportMap, dotted_name
+from gradlint.analysis.syntax.names import ImportMap, dotted_name, is_true
 
 # torch.nn layers that own no parameters (and are built without any, whatever their arguments).
 PARAMETERLESS_LAYERS = frozenset(
@@ -144,10 +144,6 @@ def _stores_through(call: cst.Call) -> bool:
     return False
 
 
-def _is_true(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Name) and value.value == "True"
-
-
 def _free(value: cst.BaseExpression, known: _Known) -> bool:
     """Whether `value`, stored on a module, surely holds no parameter."""
     if isinstance(value, (cst.BaseNumber, cst.BaseString)):
@@ -166,7 +162,7 @@ def _free(value: cst.BaseExpression, known: _Known) -> bool:
         return False
     qualified = known.imports.resolve(value.func) or ""
     if qualified in FROZEN_BY_DEFAULT:
-        return all(arg.keyword is None or arg.keyword.value != "freeze" or _is_true(arg.value) for arg in value.args)
+        return all(arg.keyword is None or arg.keyword.value != "freeze" or is_true(arg.value) for arg in value.args)
     if qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
         return qualified.rsplit(".", 1)[1][:1].islower()  # a function making a plain tensor, not a class
     return known.parameterless(value.func)

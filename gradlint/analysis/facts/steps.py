@@ -19,7 +19,7 @@ import libcst as cst
 from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
-from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.syntax.names import ImportMap, dotted_name, is_true, last_name
 from gradlint.analysis.syntax.tree import descendants
 
 MAX_INLINE_DEPTH = 4
@@ -125,10 +125,6 @@ def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
         if value is not None:
             return value
     return None
-
-
-def _is_true(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
 
 
 class Returned(Protocol):
@@ -389,7 +385,7 @@ class EventIndex:
         if name in ("backward", "manual_backward"):
             return self._classify_backward(node, receiver)
         if name == "grad" and (self.imports.resolve(node.func) or "").endswith("autograd.grad"):
-            return Kind.AUTOGRAD_GRAD, _first_arg(node), False, _is_true(_keyword(node, "retain_graph"))
+            return Kind.AUTOGRAD_GRAD, _first_arg(node), False, is_true(_keyword(node, "retain_graph"))
         if receiver is None and name in CLEARING_NAMES:
             return Kind.CLEAR, None, False, False  # Ex) from pyro.infer.util import zero_grads
         if receiver is None and name not in CLIP_FUNCTIONS:
@@ -404,7 +400,7 @@ class EventIndex:
         resolved = self.imports.resolve(call.func) or ""
         if resolved.startswith("torch.distributed.autograd"):
             return None  # gradients live in a distributed autograd context, no clearing needed
-        retain = _is_true(_keyword(call, "retain_graph"))
+        retain = is_true(_keyword(call, "retain_graph"))
         is_function = resolved.endswith("autograd.backward") or receiver is None
         if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver, call):
             return Kind.BACKWARD, _first_arg(call), False, retain

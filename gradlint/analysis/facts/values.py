@@ -24,7 +24,7 @@ from gradlint.analysis.facts.roles import Role, Roles, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
-from gradlint.analysis.syntax.names import dotted_name, last_name, operand_names
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, operand_names
 
 Env = Mapping[str, bool]
 
@@ -207,7 +207,7 @@ class GradValues:
         indexed = self._values_and_indices(node, env, scope)
         if indexed is not None and count == 2:
             return [indexed, False]
-        if method in DETACHING_METHODS or not self._is_forward_call(func, method, scope):
+        if method in DETACHING_METHODS or not self._is_forward_call(func, scope):
             return None
         return [True] + [None] * (count - 1)
 
@@ -279,15 +279,14 @@ class GradValues:
         outside = self.events.outside(call)
         if outside is not None:
             return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
-        if not self._is_forward_call(func, method, scope):
+        if not self._is_forward_call(func, scope):
             return False
         # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs.
-        module = func.value if method == "forward" and isinstance(func, cst.Attribute) else func
-        return args_grad or not self.holds_no_parameters(module, scope)
+        return args_grad or not self.holds_no_parameters(forward_receiver(func), scope)
 
-    def _is_forward_call(self, func: cst.BaseExpression, method: str | None, scope: Scope) -> bool:
+    def _is_forward_call(self, func: cst.BaseExpression, scope: Scope) -> bool:
         # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
-        callee = func.value if method == "forward" and isinstance(func, cst.Attribute) else func
+        callee = forward_receiver(func)
         if isinstance(callee, cst.Name) and callee.value == "self":
             owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
             return owner is not None and self.roles.is_model_class(owner)

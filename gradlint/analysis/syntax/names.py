@@ -27,6 +27,16 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+def is_true(node: cst.BaseExpression | None) -> bool:
+    """The literal `True`."""
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def forward_receiver(func: cst.BaseExpression) -> cst.BaseExpression:
+    """The module a call of `func` runs: `model` for `model(x)` and for `model.forward(x)`."""
+    return func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+
+
 def last_name(node: cst.BaseExpression) -> str | None:
     """The final identifier of a Name/Attribute (`c` in `a.b.c`), else None."""
     kind = type(node)

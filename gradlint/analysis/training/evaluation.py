@@ -47,7 +47,7 @@ from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
-from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
 from gradlint.analysis.syntax.tree import descendants
 
 TRAINING_NAME = re.compile(
@@ -340,10 +340,9 @@ class Evaluation:
     def _builds_no_graph(self, call: cst.Call) -> bool:
         """Whether `call` runs a module proven to hold no trainable parameters on inputs proven to carry no graph:
         it records nothing, under no_grad or not."""
-        func = call.func
-        module = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
         statement = self.collected.statement_of.get(call)
-        if statement is None or not self.values.holds_no_parameters(module, self.collected.contexts[call].scope):
+        scope = self.collected.contexts[call].scope
+        if statement is None or not self.values.holds_no_parameters(forward_receiver(call.func), scope):
             return False
         return not any(self.values.is_grad(arg.value, statement) for arg in call.args)
 
@@ -372,25 +371,24 @@ class Evaluation:
         """Whether `model(x)` runs the `forward` of a same-module class that backpropagates or asks autograd for
         gradients itself (a poisoning model whose forward scores samples by `torch.autograd.grad`): under no_grad
         it would raise, so it records on purpose."""
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
-            view = call
-        else:
-            view = cst.Call(func=cst.Attribute(value=func, attr=cst.Name("forward")), args=call.args)
+        view = cst.Call(func=cst.Attribute(value=forward_receiver(call.func), attr=cst.Name("forward")))
         forward = self.events.resolve_instance_method(view, call)
         return forward is not None and self._needs_gradients(forward)
 
     def _needs_gradients(self, function: cst.FunctionDef, depth: int = 0) -> bool:
         """Whether `function`, or a same-module helper it calls, has a gradient event or asks for gradients."""
-        if depth > MAX_CALLER_DEPTH or self.events.scope_events(function):
+        if depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(function):
             return True
-        calls = self.collected.calls_in_scope(function)
-        if any(map(_asks_for_gradients, calls)) or any(
-            map(_enables_requires_grad, self.collected.statements_in_scope(function))
-        ):
-            return True
-        helpers = (self.events.resolve_helper(inner) for inner in calls)
+        helpers = (self.events.resolve_helper(inner) for inner in self.collected.calls_in_scope(function))
         return any(helper is not None and self._needs_gradients(helper, depth + 1) for helper in helpers)
+
+    def _wants_gradients_itself(self, function: cst.FunctionDef) -> bool:
+        """Whether `function`'s own body has a gradient event (same-module helpers inlined) or asks for gradients."""
+        return (
+            bool(self.events.scope_events(function))
+            or any(map(_asks_for_gradients, self.collected.calls_in_scope(function)))
+            or any(map(_enables_requires_grad, self.collected.statements_in_scope(function)))
+        )
 
     def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
         """The forward pass a same-module helper that `call` runs makes with autograd recording (`self._eval_step(
@@ -398,14 +396,9 @@ class Evaluation:
         helper may want gradients (a gradient event or a request for them: its caller's region then trains)."""
         view = self.events.call_view(call)
         helper = self.events.resolve_view(view, call) or self.events.resolve_instance_method(view, call)
-        if helper is None or depth > MAX_CALLER_DEPTH or self.events.scope_events(helper):
+        if helper is None or depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(helper):
             return None
-        calls = self.collected.calls_in_scope(helper)
-        if any(map(_asks_for_gradients, calls)) or any(
-            map(_enables_requires_grad, self.collected.statements_in_scope(helper))
-        ):
-            return None
-        for inner in calls:
+        for inner in self.collected.calls_in_scope(helper):
             if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED:
                 continue
             if self.forwards.is_forward(inner):

@@ -21,7 +21,7 @@ from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import Event, Kind, TrainingStep
 from gradlint.analysis.facts.values import DETACHING_METHODS
 from gradlint.analysis.syntax.collect import Collected, Scope
-from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
 from gradlint.analysis.syntax.tree import children
 
 MAX_DEPTH = 6
@@ -141,7 +141,7 @@ class Updates:
         called = set()
         for call in self.collected.calls_in_statement(statement):
             func = call.func
-            callee = func.value if isinstance(func, cst.Attribute) and func.attr.value == "forward" else func
+            callee = forward_receiver(func)
             name = dotted_name(callee)
             if name is not None and last_name(callee) not in PARAMETER_METHODS:
                 called.add(name)
