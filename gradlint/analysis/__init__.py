@@ -535,7 +535,8 @@ def _taken_from(value: cst.BaseExpression) -> set[str]:
             while isinstance(container, cst.Subscript):
                 container = container.value
             key = dotted_name(container)
-            taken.update([key] if key is not None else [])
+            if key is not None:
+                taken.add(key)
     return taken
 
 

@@ -402,11 +402,12 @@ class EventIndex:
             return None  # gradients live in a distributed autograd context, no clearing needed
         retain = is_true(_keyword(call, "retain_graph"))
         is_function = resolved.endswith("autograd.backward") or receiver is None
-        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver, call):
-            return Kind.BACKWARD, _first_arg(call), False, retain
-        if receiver is not None and _first_arg(call) is not None and self.roles.role(receiver) is Role.OPTIMIZER:
-            # An optimizer wrapper's `backward(loss)` (ColossalAI's, apex's, DeepSpeed's): torch's optimizers
-            # have none, and a tensor is no optimizer, so what it backpropagates is its argument.
+        # An optimizer wrapper's `backward(loss)` (ColossalAI's, apex's, DeepSpeed's): torch's optimizers have
+        # none, and a tensor is no optimizer, so what it backpropagates is its argument.
+        optimizer = (
+            receiver is not None and _first_arg(call) is not None and self.roles.role(receiver) is Role.OPTIMIZER
+        )
+        if is_function or last_name(call.func) == "manual_backward" or _is_wrapper(receiver, call) or optimizer:
             return Kind.BACKWARD, _first_arg(call), False, retain
         if isinstance(receiver, cst.Call) and last_name(receiver.func) == "scale":
             scaled = _first_arg(receiver)
