@@ -300,7 +300,7 @@ class ModuleAnalysis:
     @cached_property
     def updates(self) -> Updates:
         """Which models each optimizer updates, and steps that change weights a later backward needs."""
-        return Updates(self.collected, self.roles, self.origins, self.branches)
+        return Updates(self.collected, self.roles, self.events, self.origins, self.branches)
 
     @cached_property
     def freed_graphs(self) -> FreedGraphs:

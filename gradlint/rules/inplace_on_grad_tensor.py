@@ -32,7 +32,9 @@ class InplaceOnGradTensor(Rule):
       through the model before its optimizer steps, and backpropagated after (a GAN
       that steps the discriminator between computing the generator's loss and
       backpropagating it), raises the same error (PyTorch 1.5 and later). The step
-      may be written in the loop or run by a helper, of this module or another.
+      may be written in the loop or run by a helper, of this module or another, and
+      the losses may come back from a helper of the module as a tuple: each element
+      was computed through the models the helper called for it.
 
     A view shares its base's storage: a slice, `.t()` or `.view()` kept in a name (`top =
     g[:, :4]; top.zero_()`) changes its base, and the views `chunk`, `split` or `unbind`

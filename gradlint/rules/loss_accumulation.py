@@ -6,7 +6,8 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.facts.frameworks import backpropagated_returns
-from gradlint.analysis.facts.keeping import CONTAINER_METHODS, added_to
+from gradlint.analysis.facts.keeping import added_to
+from gradlint.analysis.facts.values import ADDING_METHODS, CONTAINER_METHODS
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
@@ -38,7 +39,11 @@ class LossAccumulation(Rule):
     out again and backpropagated (a pipeline schedule's `outputs.pop(0)` handed to a
     backward, here or through a helper of the module) keeps its graphs only until their
     backward, and an integer tensor (`total_tokens = torch.zeros([], dtype=torch.int)`)
-    holds no graph whatever is added into it.
+    holds no graph whatever is added into it. An in-place addition (`running.add_(loss)`)
+    keeps the graph as `+=` does. What is backpropagated carries a graph however it was
+    computed (`loss = sum(losses)` over heads of unknown type, then `loss.backward()`), a
+    list that such values were appended to carries it too, and so does what
+    `optimizer.step(closure)` hands back when the closure returns the loss.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
@@ -124,6 +129,10 @@ class LossAccumulation(Rule):
         if call.func.attr.value in CONTAINER_METHODS:
             self._check(node, _container_key(call.func.value), call.args[-1].value)
             return
+        if call.func.attr.value in ADDING_METHODS:
+            # Ex) running.add_(loss), as `running += loss` does
+            self._check(node, _container_key(call.func.value), call.args[0].value, total=call.func.value)
+            return
         # Ex) meter.update(loss, n) with `def update(self, val, n): self.sum += val * n`, here or in another module
         self._check_kept(node, call)
 
@@ -149,14 +158,22 @@ class LossAccumulation(Rule):
                 return
 
     def _check(
-        self, statement: cst.BaseSmallStatement, key: str | None, value: cst.BaseExpression, store: str | None = None
+        self,
+        statement: cst.BaseSmallStatement,
+        key: str | None,
+        value: cst.BaseExpression,
+        store: str | None = None,
+        total: cst.BaseExpression | None = None,
     ) -> None:
         """Report `value` kept in `key` across the iterations of a training step; `store` is the attribute of
-        `key` that a method keeps it in, whose fresh start (`pi.train_net()` setting `self.data = []`) counts."""
+        `key` that a method keeps it in, whose fresh start (`pi.train_net()` setting `self.data = []`) counts;
+        `total`, the tensor an in-place addition adds `value` onto."""
         analysis = self.analysis
         if key is None or not analysis.is_grad(value, statement):
             return
-        if isinstance(statement, cst.AugAssign) and analysis.holds_no_graph(statement.target, statement):
+        if isinstance(statement, cst.AugAssign):
+            total = statement.target
+        if total is not None and analysis.holds_no_graph(total, statement):
             return  # Ex) total_tokens += tokens into an integer tensor: the sum has no graph
         context = analysis.context(statement)
         region = next(

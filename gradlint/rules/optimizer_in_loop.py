@@ -6,19 +6,15 @@ import re
 
 import libcst as cst
 
-from gradlint.analysis import Kind, Role, TrainingStep
+from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.syntax.collect import Loop
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3
-# Functions a framework or loop calls once per batch (`training_step`, `train_on_batch`);
-# a function with another name that backpropagates and steps may well run once, and so does a
-# pytest `test_*` function.
 # The loop around a step loop that runs once per epoch: `for epoch in range(...)`,
 # `while epoch < args.epochs`; a loop over folds, trials or learning rates is not one.
 EPOCH = re.compile(r"epoch", re.IGNORECASE)
-PER_BATCH_FUNCTION = re.compile(r"(?!test)(_?(\w+_)?step|_?(train|fit|update)(_on)?_batch|_?train_iter(ation)?)")
 
 
 class OptimizerInLoop(Rule):
@@ -43,11 +39,16 @@ class OptimizerInLoop(Rule):
     the helper that builds it (a fresh latent or adversarial perturbation optimized for one
     step, a new probe fitted per feature set).
 
+    A function that backpropagates and steps once per call, with no loop around them
+    (`optimize_parameters`, `train_step`, whatever its name), is one training step: its
+    caller runs it per batch, so a stateful optimizer or a GradScaler built in it (not
+    under an `if`, not over parameters it creates) restarts every step. Plain SGD
+    without momentum keeps no state and is not reported there.
+
     Known problems
     Optimizers built by a factory in another module are not seen. An epoch loop is
     recognised by the word "epoch" in its header, and per-epoch rebuilds are judged only
-    for an optimizer assigned to the name the step loop steps. A function is taken
-    for one training step only when its name says so (`training_step`, `train_batch`).
+    for an optimizer assigned to the name the step loop steps.
 
     References
     https://pytorch.org/docs/stable/optim.html#constructing-it
@@ -80,10 +81,22 @@ class OptimizerInLoop(Rule):
 
     def check_step(self, step: TrainingStep) -> None:
         node = step.node
-        if not isinstance(node, cst.FunctionDef) or PER_BATCH_FUNCTION.fullmatch(node.name.value):
-            self._check_region(node, 0)
+        if isinstance(node, cst.FunctionDef) and any(self._runs_closure(event) for event in step.of_kind(Kind.STEP)):
+            return  # `LBFGS.step(closure)` iterates by itself: one call of the function is a whole fit
+        self._check_region(node, 0)
         if not isinstance(node, cst.FunctionDef):
             self._check_epoch_loop(step, node)
+
+    def _runs_closure(self, event: Event) -> bool:
+        """Whether a step hands the optimizer a function to call (`optimizer.step(closure)`)."""
+        call = event.node
+        if not isinstance(call, cst.Call) or not call.args:
+            return False
+        handed = call.args[0].value
+        if isinstance(handed, cst.Lambda):
+            return True
+        context = self.analysis.context(call)
+        return isinstance(handed, cst.Name) and self.analysis.events.resolve_name(handed, context) is not None
 
     def _check_epoch_loop(self, step: TrainingStep, node: Loop) -> None:
         """Report a stateful optimizer this step steps, rebuilt on every pass of the epoch loop around it.
@@ -129,9 +142,12 @@ class OptimizerInLoop(Rule):
         return dotted_name(statement.targets[0].target)
 
     def _keeps_state(self, call: cst.Call) -> bool:
-        """Whether the optimizer `call` builds keeps state between steps: any but SGD without momentum."""
-        if not self._constructs_optimizer(call) or self.analysis.roles.role_of_value(call) is not Role.OPTIMIZER:
+        """Whether the optimizer or GradScaler `call` builds keeps state between steps: any but SGD without
+        momentum."""
+        if not self._constructs_optimizer(call):
             return False
+        if self.analysis.roles.role_of_value(call) is not Role.OPTIMIZER:
+            return True  # a GradScaler: its loss scale
         if last_name(call.func) != "SGD":
             return True
         momentum = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "momentum"]
@@ -151,18 +167,21 @@ class OptimizerInLoop(Rule):
                 continue  # a lazy or periodic rebuild: `if optimizer is None:`
             story = [(region, "every pass through this training step builds it again")]
             if self._constructs_optimizer(call):
-                if not self._over_fresh_parameters(call, region):
-                    self.report(call, self._named(call), related=story)
+                # A function that steps once per call: its caller's loop runs it, and only lost state matters.
+                stateless = isinstance(region, cst.FunctionDef) and not self._keeps_state(call)
+                if not (stateless or self._over_fresh_parameters(call, region)):
+                    self.report(call, self._named(call, region), related=story)
                 continue
             helper = analysis.events.resolve_helper(call)
             if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
                 self.report(call, related=[(helper, "this helper builds an optimizer or GradScaler"), *story])
 
-    def _named(self, call: cst.Call) -> str:
+    def _named(self, call: cst.Call, region: Loop | cst.FunctionDef) -> str:
         built = self.analysis.code(call.func)
-        return (
-            f"`{built}` is built inside the training loop, so its state (momentum, Adam moments, loss scale) restarts"
+        where = (
+            "on every call of this training step" if isinstance(region, cst.FunctionDef) else "inside the training loop"
         )
+        return f"`{built}` is built {where}, so its state (momentum, Adam moments, loss scale) restarts"
 
     def _runs_construction(self, function: cst.FunctionDef, depth: int) -> bool:
         # Ex) a `make_optimizer(model)` or `self.setup()` helper called on every step

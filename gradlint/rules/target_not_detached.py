@@ -56,6 +56,10 @@ class TargetNotDetached(Rule):
     per-step log-probabilities and values kept in lists are followed through
     `torch.stack`, `torch.cat` and `zip`.
 
+    A helper of the module that receives the values (`update(optimizer, log_probs, values,
+    rewards)` after a rollout appended the critic's outputs to `values`) is judged with
+    what its callers in the module pass it.
+
     Known problems
     Only the shapes above are recognised, by the names and operations the code uses
     (`gamma`, `discount`, `log_prob`, `ratio`, `teacher`, `target`); a target built in

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis.facts.values import GradValues
+from gradlint.analysis.facts.values import ADDING_METHODS, CONTAINER_METHODS, GradValues
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name
 from gradlint.analysis.syntax.refs import all_params
 
 # Methods that add their argument to the container they are called on.
-CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
 # Calls on a container attribute that hand back one of its entries: `self.data.setdefault(key, [])`.
 ENTRY_METHODS = frozenset({"setdefault", "get"})
 
@@ -45,8 +44,8 @@ def kept_parameters(collected: Collected, values: GradValues, function: cst.Func
 
 def kept_values(statement: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, str]]:
     """What a statement adds onto or appends to an attribute of `self`, with the attribute: `val * n` in `sum`
-    for `self.sum += val * n` or `self.sum = self.sum + val * n`, `val` in `values` for `self.values.append(val)`
-    or `self.values[key].append(val)`."""
+    for `self.sum += val * n`, `self.sum.add_(val * n)` or `self.sum = self.sum + val * n`, `val` in `values`
+    for `self.values.append(val)` or `self.values[key].append(val)`."""
     if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, (cst.AddAssign, cst.SubtractAssign)):
         attribute = _self_attribute(statement.target)
         return [(statement.value, attribute)] if attribute is not None else []
@@ -61,6 +60,11 @@ def kept_values(statement: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpress
             attribute = _self_attribute(call.func.value)
             if attribute is not None:
                 return [(arg.value, attribute) for arg in call.args]
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in ADDING_METHODS and call.args:
+            # Ex) self.total.add_(val * n), as `self.total += val * n` does
+            attribute = _self_attribute(call.func.value)
+            if attribute is not None:
+                return [(call.args[0].value, attribute)]
     return []
 
 

@@ -20,7 +20,7 @@ import libcst as cst
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import EventIndex, Kind
+from gradlint.analysis.facts.steps import EventIndex, Kind, arguments_of
 from gradlint.analysis.facts.values import (
     DETACHING_METHODS,
     NON_GRAD_ATTRIBUTES,
@@ -28,7 +28,7 @@ from gradlint.analysis.facts.values import (
     values_and_indices_source,
 )
 from gradlint.analysis.syntax.collect import Collected
-from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
 
 MAX_DEPTH = 6
 # Operations with no gradient, reported when they are applied to a value with history.
@@ -161,6 +161,7 @@ class Lineages:
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
         self._cut_short = False
         self._appended: dict[cst.CSTNode, dict[str, list[tuple[cst.BaseExpression, cst.CSTNode]]]] = {}
+        self._sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
 
     def of(self, expression: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings | None = None) -> Lineage:
         """The lineage of `expression` evaluated just before statement `at`.
@@ -324,7 +325,8 @@ class Lineages:
         if definition.binding is Binding.OUTSIDE:
             if key in bindings:
                 return bindings[key]
-            return self._free(node, key, used_at, bindings, depth)
+            passed = self._passed_by_callers(key, used_at, depth) if not bindings else None
+            return passed if passed is not None else self._free(node, key, used_at, bindings, depth)
         context = self.collected.contexts.get(definition.node)
         if context is not None and context.no_grad:
             return NONE
@@ -355,7 +357,7 @@ class Lineages:
 
     def _trace_unpacked(self, key: str, definition: Definition, bindings: Bindings, depth: int) -> Lineage:
         at, value = definition.node, definition.value
-        index = _unpacked_index(definition.node, key)
+        index = unpacked_index(definition.node, key)
         if isinstance(value, (cst.Tuple, cst.List)) and index is not None and index < len(value.elements):
             return self._trace(value.elements[index].value, at, bindings, depth + 1)
         reduced = values_and_indices_source(value)
@@ -390,6 +392,36 @@ class Lineages:
         for statement, returned in zip(returns, written, strict=True):
             result = result | self._trace(returned.elements[index].value, statement, inner, depth + 1)
         return result
+
+    def _passed_by_callers(self, key: str, at: cst.CSTNode, depth: int) -> Lineage | None:
+        """A parameter of the function of `at`, as the module's calls of that function pass it: what each call's
+        argument was computed from (`update(optimizer, log_probs, values)` after `values.append(value)` of a
+        network's output). None where the module never calls the function, or the name is no parameter of it."""
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
+        if function is None or key not in _plain_parameters(function):
+            return None
+        sites = self._call_sites().get(function)
+        if not sites:
+            return None
+        result = NONE
+        for site in sites:
+            argument = arguments_of(function, site).get(key)
+            statement = self.collected.statement_of.get(site)
+            if argument is None or statement is None:
+                continue  # the parameter's default: no history
+            result = result | self._trace(argument, statement, {}, depth + 1)
+        return result
+
+    def _call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        """The calls of the module that run each of its functions (`update(...)`, `self.update(...)`)."""
+        if self._sites is None:
+            self._sites = {}
+            for call in self.collected.calls:
+                helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+                if helper is not None:
+                    self._sites.setdefault(helper, []).append(call)
+        return self._sites
 
     def _free(
         self, node: cst.Name | cst.Attribute, key: str, at: cst.CSTNode, bindings: Bindings, depth: int
@@ -576,6 +608,12 @@ class Lineages:
         return self.roles.role(callee) is Role.MODEL
 
 
+def _plain_parameters(function: cst.FunctionDef) -> set[str]:
+    """The names of a function's parameters that a call binds one argument each (not `self`, `*args`)."""
+    params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+    return {param.name.value for param in params} - {"self", "cls"}
+
+
 def _loss_entry(value: cst.BaseExpression) -> cst.BaseExpression | None:
     # Ex) return loss  /  return {"loss": loss, "log": logs}  /  return (loss, outputs) if return_outputs else loss
     if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Tuple) and value.body.elements:
@@ -633,7 +671,7 @@ def _builds_list(definition: Definition, key: str) -> bool:
     """`losses = []`, `losses = list()` or `log_probs, values = [], []`: a list the scope fills itself."""
     value = definition.value
     if definition.binding is Binding.UNPACK and isinstance(value, (cst.Tuple, cst.List)):
-        index = _unpacked_index(definition.node, key)
+        index = unpacked_index(definition.node, key)
         if index is None or index >= len(value.elements):
             return False
         value = value.elements[index].value
@@ -660,18 +698,6 @@ def _zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | N
         return arguments[index]
     if iterable.func.value == "enumerate" and len(loop.target.elements) == 2 and arguments:
         return COUNTER if index == 0 else arguments[0]
-    return None
-
-
-def _unpacked_index(statement: cst.CSTNode, key: str) -> int | None:
-    targets: list[cst.BaseExpression] = []
-    if isinstance(statement, cst.Assign):
-        targets = [target.target for target in statement.targets]
-    for target in targets:
-        if isinstance(target, (cst.Tuple, cst.List)):
-            for index, element in enumerate(target.elements):
-                if dotted_name(element.value) == key:
-                    return index
     return None
 
 

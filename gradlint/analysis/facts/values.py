@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import libcst as cst
 
+from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.facts.parameters import parameterless_classes
 from gradlint.analysis.facts.roles import Role, Roles, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
@@ -65,6 +66,10 @@ VALUES_AND_INDICES = frozenset(
 )
 # Builtins that hand out their argument's items unchanged: `for loss in reversed(losses)`.
 ITEM_WRAPPERS = frozenset({"list", "tuple", "reversed", "sorted"})
+# Methods that put a value into a container: the container then holds the value's graph.
+CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
+# In-place additions: `acc.add_(loss)` adds onto `acc` as `acc += loss` does.
+ADDING_METHODS = frozenset({"add_", "sub_"})
 # torch functions whose result has no graph whatever their inputs.
 NON_GRAD_TORCH = frozenset(
     {
@@ -90,6 +95,7 @@ class GradValues:
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
+        self._backprop_definitions: dict[Scope, frozenset[tuple[cst.CSTNode, str]]] = {}
         self._parameterless: frozenset[str] | None = None
 
     @property
@@ -168,6 +174,23 @@ class GradValues:
                     keys.update(operand_names(event.value, self.roles.imports.aliases))
             self._backprop_keys[scope] = frozenset(keys)
         return self._backprop_keys[scope]
+
+    def backpropagated_definitions(self, scope: Scope) -> frozenset[tuple[cst.CSTNode, str]]:
+        """(assignment, name) for each assignment of a name that reaches a backward called on that name in
+        `scope` (`loss = sum(losses)` before `loss.backward()`): whatever it computed, it carries a graph."""
+        if scope not in self._backprop_definitions:
+            found: set[tuple[cst.CSTNode, str]] = set()
+            origins = self.events.origins
+            for event in self.events.scope_events(scope):
+                key = dotted_name(event.value) if event.value is not None else None
+                if event.kind is not Kind.BACKWARD or not event.direct or key is None:
+                    continue
+                at = self.collected.statement_of.get(event.node) if isinstance(event.node, cst.Call) else None
+                for definition in origins.definitions(key, at or event.node):
+                    if definition.binding is Binding.ASSIGN:
+                        found.add((definition.node, key))
+            self._backprop_definitions[scope] = frozenset(found)
+        return self._backprop_definitions[scope]
 
     def carried_state(self, key: str, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
         """Whether `key`, an extra result of the forward pass `value` at `statement`, is a recurrent state: the same
@@ -266,6 +289,9 @@ class GradValues:
         if helper is not None:
             always, if_args = self.returns_grad(helper)
             return always or (if_args and args_grad)
+        closure = self._step_closure(call)
+        if closure is not None:
+            return self.returns_grad(closure)[0]  # `optimizer.step(closure)` returns what the closure returns
         qualified = self.roles.imports.resolve(func) or ""
         name = last_name(func) or ""
         if qualified.endswith("autograd.grad"):
@@ -283,6 +309,18 @@ class GradValues:
             return False
         # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs.
         return args_grad or not self.holds_no_parameters(forward_receiver(func), scope)
+
+    def _step_closure(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function an optimizer's `step(closure)` runs (LBFGS needs one), if it can be known."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+            return None
+        closure = call.args[0].value
+        if not isinstance(closure, cst.Name) or call not in self.collected.contexts:
+            return None
+        if self.roles.role(func.value) is not Role.OPTIMIZER:
+            return None
+        return self.events.resolve_name(closure, self.events.context(call))
 
     def _is_forward_call(self, func: cst.BaseExpression, scope: Scope) -> bool:
         # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
@@ -428,10 +466,15 @@ class _Walker(ForwardWalk[bool]):
             self._apply_inplace_call(statement.value)
 
     def _apply_inplace_call(self, call: cst.Call) -> None:
-        # x.detach_() and x.requires_grad_(False) cut a name's history in place.
+        # x.detach_() and x.requires_grad_(False) cut a name's history in place; `acc.add_(loss)` and
+        # `losses.append(loss)` make `acc` and `losses` hold the graph.
         if not isinstance(call.func, cst.Attribute):
             return
         key = dotted_name(call.func.value)
+        if key is not None and call.func.attr.value in CONTAINER_METHODS | ADDING_METHODS:
+            if any(self.values.evaluate(arg.value, self.env, self.scope) for arg in call.args if arg.keyword is None):
+                self.env = {**self.env, key: True}
+            return
         if (
             key is not None
             and call.func.attr.value in ("detach_", "requires_grad_")
@@ -448,7 +491,12 @@ class _Walker(ForwardWalk[bool]):
                 for element, grad in zip(target.elements, elements, strict=True):
                     self._assign_element(element.value, grad, value, statement)
                 return
-        self.assign(target, not no_grad and self.values.evaluate(value, self.env, self.scope))
+        grad = not no_grad and self.values.evaluate(value, self.env, self.scope)
+        key = dotted_name(target)
+        if not (grad or no_grad) and key is not None:
+            # Backward is proof: what is assigned here and backpropagated later carries a graph.
+            grad = (statement, key) in self.values.backpropagated_definitions(self.scope)
+        self.assign(target, grad)
 
     def _assign_element(
         self, target: cst.BaseExpression, grad: bool | None, value: cst.BaseExpression, statement: cst.Assign
@@ -470,9 +518,23 @@ class _Walker(ForwardWalk[bool]):
             for element in target.elements:
                 self.assign(element.value, grad)
             return
+        if isinstance(target, cst.Subscript):
+            # Ex) losses[i] = loss: the container now holds a graph too (and keeps whatever it held)
+            container = dotted_name(_container_of(target))
+            if grad and container is not None:
+                self.env = {**self.env, container: True}
+            return
         key = dotted_name(target)
         if key is not None:
             self.env = {**self.env, key: grad}
+
+
+def _container_of(target: cst.Subscript) -> cst.BaseExpression:
+    """`losses` in `losses[i]` and in `stats["loss"][i]`."""
+    node: cst.BaseExpression = target
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return node
 
 
 def values_and_indices_source(node: cst.BaseExpression) -> cst.BaseExpression | None:

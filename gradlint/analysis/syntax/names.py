@@ -131,3 +131,16 @@ def operand_names(node: cst.CSTNode, modules: Collection[str]) -> Iterator[str]:
         return
     for child in children(node):
         yield from operand_names(child, modules)
+
+
+def unpacked_index(statement: cst.CSTNode, key: str) -> int | None:
+    """Which element of an unpacking assignment (`a, b = pair`) binds `key`, if one does."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(statement, cst.Assign):
+        targets = [target.target for target in statement.targets]
+    for target in targets:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                if dotted_name(element.value) == key:
+                    return index
+    return None

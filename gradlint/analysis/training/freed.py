@@ -495,9 +495,22 @@ class _Walker:
         facts = self.graphs.values.elements(value, len(target.elements), flags, self.scope)
         # A call nothing is known of: its first result is what it computes, the others are unknown.
         known = facts if facts is not None else [True, *([None] * (len(target.elements) - 1))]
+        apart = self._returns_apart(value)
         for element, fact in zip(target.elements, known, strict=True):
-            state = self._bind_element(element.value, fact, statement, nodes, state)
+            # Each element a project function writes out in its returns is its own computation: two losses
+            # returned together share only the graphs of the arguments, not one another's.
+            held = (nodes - {max(nodes)}) | self._fresh() if apart else nodes
+            state = self._bind_element(element.value, fact, statement, held, state)
         return state
+
+    def _returns_apart(self, call: cst.Call) -> bool:
+        """Whether `call` runs a project function whose every `return` writes a tuple out, element by element."""
+        events = self.graphs.events
+        helper = events.resolve_helper(call) if call in self.graphs.collected.contexts else None
+        if helper is not None:
+            return self.graphs.values.returned_elements(helper) is not None
+        outside = events.outside(call)
+        return outside is not None and outside.elements is not None
 
     def _bind_element(
         self, target: cst.BaseExpression, fact: bool | None, statement: cst.Assign, nodes: Nodes, state: _State

@@ -11,6 +11,7 @@ this module or another (the events of the training step carry it either way).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -18,10 +19,10 @@ import libcst as cst
 from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.origins import OUTSIDE, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import Event, Kind, TrainingStep
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.facts.values import DETACHING_METHODS
 from gradlint.analysis.syntax.collect import Collected, Scope
-from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
 from gradlint.analysis.syntax.tree import children
 
 MAX_DEPTH = 6
@@ -41,9 +42,12 @@ class StaleWeights:
 class Updates:
     """Which models an optimizer updates, and which steps change weights a later backward needs."""
 
-    def __init__(self, collected: Collected, roles: Roles, origins: Origins, branches: Branches) -> None:
+    def __init__(
+        self, collected: Collected, roles: Roles, events: EventIndex, origins: Origins, branches: Branches
+    ) -> None:
         self.collected = collected
         self.roles = roles
+        self.events = events
         self.origins = origins
         self.branches = branches
         self._updated: dict[str, frozenset[str]] = {}
@@ -92,6 +96,7 @@ class Updates:
             computed = self._computing_statements(backward.value, statement, step)
             if not computed:
                 continue
+            key = dotted_name(backward.value)
             for stepped in step.events[:index]:
                 if stepped.kind is not Kind.STEP or stepped.value is None or self.branches.exclusive(stepped, backward):
                     continue
@@ -101,7 +106,7 @@ class Updates:
                     continue  # the loss is computed again after the step
                 models = self.updated_models(stepped.value)
                 for node in before:
-                    called = models & self._models_called(node, step, 0, set())
+                    called = models & self._models_called(node, lambda found: self._inside(found, step), 0, set(), key)
                     if called:
                         found.append(StaleWeights(backward, stepped, sorted(called)[0], node))
                         break
@@ -132,27 +137,92 @@ class Updates:
         return step.node in context.loops if not isinstance(step.node, cst.FunctionDef) else context.scope is step.node
 
     def _models_called(
-        self, statement: cst.CSTNode, step: TrainingStep, depth: int, seen: set[cst.CSTNode]
+        self,
+        statement: cst.CSTNode,
+        within: Callable[[cst.CSTNode], bool],
+        depth: int,
+        seen: set[tuple[cst.CSTNode, str | None]],
+        key: str | None = None,
+        value: cst.CSTNode | None = None,
     ) -> set[str]:
-        """The models called (directly or through the names it reads, within the step) to compute `statement`."""
-        if depth > MAX_DEPTH or statement in seen:
+        """The models called to compute `key` at `statement` (or its whole value, or `value`, a part of it): directly,
+        through the names it reads whose definitions are `within` the step, and inside the same-module helpers it
+        calls, whose parameters stand for the call's arguments (`d_loss, g_loss = losses(G, D, z)` calls `D` for
+        `g_loss` when the helper's second returned element is computed through its `D`)."""
+        if depth > MAX_DEPTH or (statement, key) in seen:
             return set()
-        seen.add(statement)
+        seen.add((statement, key))
+        if value is None:
+            value = statement
+        index = unpacked_index(statement, key) if key is not None else None
         called = set()
-        for call in self.collected.calls_in_statement(statement):
-            func = call.func
-            callee = forward_receiver(func)
+        for call in _calls_in(value):
+            helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+            if helper is not None:
+                called |= self._helper_models(call, helper, index if call is _assigned(statement) else None, depth)
+                continue
+            callee = forward_receiver(call.func)
             name = dotted_name(callee)
             if name is not None and last_name(callee) not in PARAMETER_METHODS:
                 called.add(name)
-        for node in _names_in(statement):
-            key = dotted_name(node)
-            if key is None:
+        for node in _names_in(value):
+            read = dotted_name(node)
+            if read is None:
                 continue
-            for definition in self.origins.definitions(key, statement):
-                if definition is not OUTSIDE and self._inside(definition.node, step):
-                    called |= self._models_called(definition.node, step, depth + 1, seen)
+            for definition in self.origins.definitions(read, statement):
+                if definition is not OUTSIDE and within(definition.node):
+                    called |= self._models_called(definition.node, within, depth + 1, seen, read)
         return called
+
+    def _helper_models(self, call: cst.Call, helper: cst.FunctionDef, index: int | None, depth: int) -> set[str]:
+        """The models a same-module helper calls to compute what it returns (element `index` of a returned tuple),
+        named as the caller names them: a parameter stands for its argument at `call`."""
+        arguments = _arguments_by_parameter(call, helper)
+        called: set[str] = set()
+        for statement in self.collected.statements_in_scope(helper):
+            if not isinstance(statement, cst.Return) or statement.value is None:
+                continue
+            returned: cst.CSTNode = statement.value
+            if index is not None and isinstance(returned, cst.Tuple):
+                if index >= len(returned.elements):
+                    continue
+                returned = returned.elements[index].value
+            inside = self._models_called(
+                statement,
+                lambda found: getattr(self.collected.contexts.get(found), "scope", None) is helper,
+                depth + 1,
+                set(),
+                None,
+                returned,
+            )
+            for name in inside:
+                head, _, rest = name.partition(".")
+                if head in arguments:
+                    called.add(arguments[head] + (f".{rest}" if rest else ""))
+                elif head == "self":
+                    called.add(name)
+        return called
+
+
+def _assigned(statement: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value an assignment statement binds."""
+    return statement.value if isinstance(statement, cst.Assign) else None
+
+
+def _arguments_by_parameter(call: cst.Call, helper: cst.FunctionDef) -> dict[str, str]:
+    """The dotted name of each argument `call` hands to `helper`, by the parameter it binds."""
+    params = [*helper.params.posonly_params, *helper.params.params]
+    if params and params[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        params = params[1:]
+    bound: dict[str, str] = {}
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    for param, argument in zip(params, positional, strict=False):
+        if (name := dotted_name(argument)) is not None:
+            bound[param.name.value] = name
+    for arg in call.args:
+        if arg.keyword is not None and (name := dotted_name(arg.value)) is not None:
+            bound[arg.keyword.value] = name
+    return bound
 
 
 def _parameter_owners(node: cst.CSTNode) -> set[str]:
