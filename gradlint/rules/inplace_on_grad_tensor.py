@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Kind, TrainingStep
+from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.mutations import InPlace
 from gradlint.rule import Rule
 
@@ -60,8 +61,9 @@ class InplaceOnGradTensor(Rule):
     helper, or by a layer whose activation saves its output, is not seen. A leaf is
     reported only where autograd surely records (module-level code, a constructor or
     `forward`, a function that backpropagates, or one called from such code in the
-    same module): an EMA or weight-copy helper whose callers live in another module
-    is assumed to run under `no_grad`.
+    same module, a framework hook whose result the framework backpropagates included):
+    an EMA or weight-copy helper whose callers live in another module is assumed to run
+    under `no_grad`.
 
     References
     https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd
@@ -172,6 +174,8 @@ class InplaceOnGradTensor(Rule):
         return after[:1]
 
     def _backward_after(self, scope: cst.FunctionDef | cst.Module, node: cst.CSTNode) -> bool:
+        if scope in backpropagated_returns(self.analysis.collected):
+            return True  # Ex) Lightning's training_step: the framework backpropagates what it returns
         order = self.analysis.collected.order
         return any(
             event.kind in BACKPROPAGATING and order[event.site] > order[node]
