@@ -41,8 +41,15 @@ class EvalModeNotRestored(Rule):
     Trainer and Lightning loops, which call `train()` themselves, and frozen models that
     no optimizer updates are not reported.
 
+    A method a base class calls on `self` without defining it (`def test(self): return
+    self._test()`) runs the one class of the module that derives from it and implements
+    it; a method of the model whose result is backpropagated (`loss =
+    self.model.compute_loss(x, y)`, then `loss.backward()`) is its training forward.
+
     Known problems
-    The path is read in source order: a `train()` in a branch that does not always run
+    When several classes of the module implement what a base class calls on `self`, the
+    call is not followed. An object's attribute is not known to be the model handed to
+    its constructor (`trainer.model` and `model`). The path is read in source order: a `train()` in a branch that does not always run
     counts as a restore, and an evaluation that returns early before its `train()` is
     not seen. Modules switched through `model.apply(fn)` or in a loop over
     `model.modules()` are not followed, nor code outside the project. A model without

@@ -360,8 +360,32 @@ class EventIndex:
             and func.value.value in ("self", "cls")
             and context.class_def is not None
         ):
-            return self.method_of(context.class_def, func.attr.value)
+            found = self.method_of(context.class_def, func.attr.value)
+            return found if found is not None else self._implemented_below(context.class_def, func.attr.value)
         return None
+
+    def _implemented_below(self, owner: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+        """The method `name` that a base class calls on `self` without defining it (`def train(self):
+        return self._train()`), when exactly one class of the module that derives from it implements it."""
+        found = {
+            method
+            for other in self.collected.classes
+            if other is not owner
+            and self._derives_from(other, owner, frozenset())
+            and (method := self.method_of(other, name)) is not None
+        }
+        return found.pop() if len(found) == 1 else None
+
+    def _derives_from(self, cls: cst.ClassDef, base: cst.ClassDef, seen: frozenset[cst.ClassDef]) -> bool:
+        """Whether `cls` derives from `base` through classes of this module."""
+        for written in cls.bases:
+            name = dotted_name(written.value)
+            parent = self.roles.classes.get(name or "")
+            if parent is None or name in self.roles.redefined or parent in seen:
+                continue
+            if parent is base or self._derives_from(parent, base, seen | {cls}):
+                return True
+        return False
 
     def _nested_function(self, name: str, scope: Scope) -> cst.FunctionDef | None:
         return self._nested.get((scope, name)) if isinstance(scope, cst.FunctionDef) else None
