@@ -318,11 +318,11 @@ class ModeSwitches:
         program = self.program
         if program is None or program.callee_of(call, self.events.context(call), self.events) is None:
             # Ex) loss = self.model.compute_loss(x, y), backpropagated: the object ran its forward
-            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-            key = dotted_name(receiver) if receiver is not None else None
-            if key is None or key.split(".", 1)[0] in self.events.roles.imports.aliases:
+            owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+            key = dotted_name(owner) if owner is not None else None
+            if owner is None or key is None or key.split(".", 1)[0] in self.events.roles.imports.aliases:
                 return []
-            return [receiver] if receiver is not None else []
+            return [owner]
         receiver = [call.func.value] if isinstance(call.func, cst.Attribute) else []
         return [*receiver, *(arg.value for arg in call.args)]  # Ex) loss = compute_loss(model, batch)
 
