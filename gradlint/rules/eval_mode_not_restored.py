@@ -51,10 +51,10 @@ class EvalModeNotRestored(Rule):
     call is not followed. An object's attribute is not known to be the model handed to
     its constructor (`trainer.model` and `model`). The path is read in source order: a
     `train()` in a branch that does not always run counts as a restore, and an
-    evaluation that returns early before its `train()` is not seen. Modules switched through `model.apply(fn)` or in a loop over
-    `model.modules()` are not followed, nor code outside the project. A model without
-    dropout or batch norm is reported too, although there the mode changes nothing
-    (yet): the layers are not looked at.
+    evaluation that returns early before its `train()` is not seen. Modules switched
+    through `model.apply(fn)` or in a loop over `model.modules()` are not followed, nor
+    code outside the project. A model without dropout or batch norm is reported too,
+    although there the mode changes nothing (yet): the layers are not looked at.
 
     References
     https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval
