@@ -585,7 +585,7 @@ class Outlines:
 
     def resolve(self, ref: Ref, module: str) -> tuple[str, str] | None:
         """(module, qualname) of the project function `ref`, made in `module`, names."""
-        key = (ref, module if ref.kind != "absolute" else "")  # an absolute name means the same everywhere
+        key = (ref, module)  # an absolute name may also name a module beside a script (`_beside`)
         if key in self._resolved:
             target, read = self._resolved[key]
             self.note(read)
@@ -608,6 +608,8 @@ class Outlines:
             return self._star(module, ref.name)
         dotted = self._absolute(ref, module)
         target = self._definition(dotted, 0) if dotted is not None else None
+        if target is None and ref.kind == "absolute" and dotted is not None:
+            target = self._beside(dotted, module)
         if target is None:
             return None
         owner, name = target
@@ -629,6 +631,16 @@ class Outlines:
             return None
         base = package[: len(package) - (ref.level - 1)]
         return ".".join([*base, ref.name]) if ref.name else ".".join(base)
+
+    def _beside(self, dotted: str, module: str) -> tuple[str, str] | None:
+        """Where `dotted` is defined when it names a module in the importing file's own folder: a script run as
+        `python train.py` imports `from utils import AverageMeter` from beside it (its folder comes first on
+        `sys.path`), even where that folder is also a package whose modules are named `pkg.utils`."""
+        source = self._sources.get(module) or self.source(module)
+        if source is None or ("." not in module and source[0].name != "__init__.py"):
+            return None
+        folder = module if source[0].name == "__init__.py" else module.rsplit(".", 1)[0]
+        return self._definition(f"{folder}.{dotted}", 0)
 
     def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
         """(module, qualname) where `dotted` is defined, following re-exports.
