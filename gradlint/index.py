@@ -516,6 +516,9 @@ class Outlines:
         found = []
         for ref in refs:
             dotted = self._absolute(ref, module)
+            if dotted and self.project.locate(dotted) is None and ref.kind == "absolute":
+                folder = self._folder(module)  # Ex) `from utils import AverageMeter` beside a script
+                dotted = f"{folder}.{dotted}" if folder is not None else dotted
             if dotted and self.project.locate(dotted) is not None and dotted != module:
                 found.append(dotted)
         return found
@@ -636,11 +639,16 @@ class Outlines:
         """Where `dotted` is defined when it names a module in the importing file's own folder: a script run as
         `python train.py` imports `from utils import AverageMeter` from beside it (its folder comes first on
         `sys.path`), even where that folder is also a package whose modules are named `pkg.utils`."""
+        folder = self._folder(module)
+        return self._definition(f"{folder}.{dotted}", 0) if folder is not None else None
+
+    def _folder(self, module: str) -> str | None:
+        """The package that is the folder of `module`'s file (`pkg` for `pkg.train`, `pkg` for `pkg/__init__.py`);
+        None at the top."""
         source = self._sources.get(module) or self.source(module)
         if source is None or ("." not in module and source[0].name != "__init__.py"):
             return None
-        folder = module if source[0].name == "__init__.py" else module.rsplit(".", 1)[0]
-        return self._definition(f"{folder}.{dotted}", 0)
+        return module if source[0].name == "__init__.py" else module.rsplit(".", 1)[0]
 
     def _definition(self, dotted: str, hops: int) -> tuple[str, str] | None:
         """(module, qualname) where `dotted` is defined, following re-exports.
