@@ -12,6 +12,7 @@ from gradlint.rule import Rule
 INPLACE_ERROR = "'modified by an inplace operation'"
 SAVED = "a tensor saved for backward is modified in place, so backward raises 'modified by an inplace operation'"
 BACKPROPAGATING = (Kind.BACKWARD, Kind.AUTOGRAD_GRAD)
+MAX_CALLER_DEPTH = 3
 
 
 class InplaceOnGradTensor(Rule):
@@ -55,6 +56,9 @@ class InplaceOnGradTensor(Rule):
     batch norm, as in every ResNet block) are fine and not reported, as is a loss
     computed again after the step, or through `.detach()`ed outputs only. Manual
     updates from a gradient are GL003's.
+
+    A helper method that `forward` (or a function that backpropagates) calls, directly or
+    through other helpers of the module, runs under that backward too.
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a
@@ -152,15 +156,23 @@ class InplaceOnGradTensor(Rule):
     def _backpropagated(self, operation: InPlace) -> bool:
         """Whether a backward may run through the modified tensor after the operation."""
         scope = self.analysis.context(operation.statement).scope
-        if self._backward_after(scope, _moment(operation)):
-            return True
-        if not isinstance(scope, cst.FunctionDef):
+        return self._backward_after(scope, _moment(operation)) or self._backpropagated_after_return(scope, 0)
+
+    def _backpropagated_after_return(self, scope: cst.FunctionDef | cst.Module, depth: int) -> bool:
+        """Whether what `scope` computes may be backpropagated after it returns: it is a model's forward, or a
+        caller of this module backpropagates after calling it, or is itself such a function (a block's helper
+        method that `forward` calls)."""
+        if not isinstance(scope, cst.FunctionDef) or depth > MAX_CALLER_DEPTH:
             return False
-        # A model's forward, or a helper whose caller backpropagates after calling it.
         if scope.name.value == "forward":
             return True
-        sites = self.analysis.callers.call_sites(scope)
-        return any(self._backward_after(self.analysis.context(site).scope, site) for site in sites)
+        for site in self.analysis.callers.call_sites(scope):
+            caller = self.analysis.context(site).scope
+            if self._backward_after(caller, site) or (
+                caller is not scope and self._backpropagated_after_return(caller, depth + 1)
+            ):
+                return True
+        return False
 
     def _backwards_after(self, operation: InPlace) -> list[cst.CSTNode]:
         """The first backward of the operation's scope that runs after it, if any."""
