@@ -372,6 +372,8 @@ class Collector:
                 for item in value:
                     if is_node(type(item)):
                         self.walk(item)
+                        if type(item) is cst.SimpleStatementLine:
+                            self._switch_grad_mode(cast(cst.SimpleStatementLine, item))
             elif is_node(kind):
                 if name in traits.scoped_fields:
                     self.context = _field_context(self, node)
@@ -386,6 +388,18 @@ class Collector:
         if traits.call:
             # Recorded on leave, so calls are in evaluation order: arguments first.
             result.calls.append(cast(cst.Call, node))
+
+    def _switch_grad_mode(self, line: cst.SimpleStatementLine) -> None:
+        """`torch.set_grad_enabled(False)` written as a statement switches grad mode for the statements after it in
+        its block (and, in truth, until it is switched back: beyond the block is not assumed)."""
+        for small in line.body:
+            if (
+                isinstance(small, cst.Expr)
+                and isinstance(small.value, cst.Call)
+                and last_name(small.value.func) == "set_grad_enabled"
+                and (mode := grad_mode_of(small.value)) is not None
+            ):
+                self.context = replace(self.context, grad_mode=mode)
 
     def enter_import(self, node: cst.CSTNode) -> None:
         self.result.imports.add(cast(cst.Import | cst.ImportFrom, node))
