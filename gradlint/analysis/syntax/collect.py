@@ -373,7 +373,7 @@ class Collector:
                     if is_node(type(item)):
                         self.walk(item)
                         if type(item) is cst.SimpleStatementLine:
-                            self._switch_grad_mode(cast(cst.SimpleStatementLine, item))
+                            self._switch_grad_mode(item)
             elif is_node(kind):
                 if name in traits.scoped_fields:
                     self.context = _field_context(self, node)
