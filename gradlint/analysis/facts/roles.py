@@ -50,6 +50,12 @@ MODEL_BASES = frozenset(
 NON_MODEL_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "init", "functional", "utils"})
 ARGUMENT_PARSERS = re.compile(r"parse_(known_)?args|parse_opts?|get_args|get_opts|get_config|Namespace|EasyDict")
 
+# What only a torch module answers to together: a mode switch, and a move, its parameters or its state.
+MODE_SWITCHES = frozenset({"eval", "train"})
+MODULE_METHODS = frozenset(
+    {"parameters", "named_parameters", "state_dict", "load_state_dict", "to", "cuda", "cpu", "modules",
+     "children", "named_modules", "zero_grad", "requires_grad_", "half", "apply", "register_forward_hook"}
+)  # fmt: skip
 OPTIMIZER_NAME = re.compile(
     r"(optimizer|optimiser|optim|opt)s?"
     r"(_?[A-Z]|_?\d+|_(g|d|gen|disc|generator|discriminator|enc|dec|encoder|decoder|actor|critic|policy|value|q|pi|v|model|net|main|alpha|[a-z]))?"
@@ -123,6 +129,7 @@ class Roles:
             if isinstance(loop, cst.For):
                 self._record_for(loop)
         self.optimized = self._optimized_modules(collected.calls)
+        self.used_as_modules = _used_as_modules(collected.calls)
 
     def _optimized_modules(self, calls: list[cst.Call]) -> frozenset[str]:
         """Names whose `.parameters()` an optimizer is built on: modules, whatever they are called."""
@@ -226,7 +233,9 @@ class Roles:
         if key.partition(".")[0] in self.not_by_name:
             return Role.MODEL if key in self.optimized else None
         named = _role_from_name(key.rsplit(".", 1)[-1])
-        return Role.MODEL if named is None and key in self.optimized else named
+        if named is None and (key in self.optimized or key in self.used_as_modules):
+            return Role.MODEL
+        return named
 
     def role_of_value(self, value: cst.BaseExpression, *, factories: bool = False) -> Role | None:
         """The role of the object an expression creates or refers to. `factories`: a call of a function of another
@@ -348,6 +357,29 @@ def _is_model_constructor(qualified: str, name: str) -> bool:
         owner = qualified.rsplit(".", 2)[-2] if qualified.count(".") else ""
         return "Model" in owner or "For" in owner
     return False
+
+
+def _used_as_modules(calls: list[cst.Call]) -> frozenset[str]:
+    """Names the module uses as torch modules, whatever they are called: switched to `eval()` or `train()` and also
+    moved or asked for their parameters or state (`trainedModel.eval(); trainedModel.to(device)`). A mode switch
+    and a call alone prove nothing: a project object may have its own `eval`."""
+    switched: set[str] = set()
+    used: set[str] = set()
+    for call in calls:
+        func = call.func
+        if isinstance(func, cst.Attribute):
+            key = dotted_name(func.value)
+            if key is None:
+                continue
+            if func.attr.value in MODE_SWITCHES and (not call.args or _is_bool_literal(call.args[0].value)):
+                switched.add(key)
+            elif func.attr.value in MODULE_METHODS:
+                used.add(key)
+    return frozenset((switched & used) - {"self"})
+
+
+def _is_bool_literal(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value in ("True", "False")
 
 
 def _role_from_name(name: str) -> Role | None:
