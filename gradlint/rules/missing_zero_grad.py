@@ -50,6 +50,10 @@ class MissingZeroGrad(Rule):
     function gradlint cannot read, imported from outside the project (`reset(optimizer)`,
     `hooks.before_step(model)`), may be cleared there: unknown, so not reported.
 
+    A clear in one arm of an `if` covers only the steps of that arm: `if amp:
+    opt.zero_grad(); ...; scaler.step(opt) else: loss.backward(); opt.step()` never clears
+    in its `else`.
+
     Known problems
     A clear done by a caller in another module is not seen.
 
@@ -127,6 +131,19 @@ class MissingZeroGrad(Rule):
         steps = [event for event in step.of_kind(Kind.STEP) if not self._fresh_single_step(step, event)]
         if not steps or self._overwrites_gradients(step):
             return None
+        # A clear in the other arm of an `if` never runs with the step (`if amp: opt.zero_grad(); ...;
+        # scaler.step(opt) else: loss.backward(); opt.step()`): it covers only the steps of its own arm.
+        branches = self.analysis.branches
+        bare = next((event for event in steps if all(branches.exclusive(c, event) for c in clears)), None)
+        if bare is not None and clears:
+            return next(
+                (
+                    b
+                    for b in reversed(step.events[: step.events.index(bare)])
+                    if b.kind is Kind.BACKWARD and not branches.exclusive(b, bare)
+                ),
+                None,
+            )
         if not clears:
             if _caller_owns_optimizer(step):
                 return None
