@@ -44,6 +44,11 @@ class EvalWithoutNoGrad(Rule):
     (saliency maps, adversarial examples: `x.requires_grad_()`,
     `torch.autograd.grad`) are fine and not reported.
 
+    A model's own method run on what the loop iterates (`model.encode(batch)`) is a forward
+    too, as is a model known by what the code does with it (`trainedModel.to(device)`,
+    `trainedModel.eval()`) whatever its name. `torch.set_grad_enabled(False)` written as a
+    statement turns grad off for the rest of its block.
+
     Known problems
     A `no_grad` context entered by a caller in another module is not seen. A flag is
     followed only when it is a parameter of the function tested directly

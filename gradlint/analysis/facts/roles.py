@@ -72,6 +72,11 @@ COMPUTED_SUFFIX = re.compile(
     r"embeds?|embedding|embeddings|path|dir|name|cfg|config|type|args|kwargs|dim|lr|params|grads?|inputs?|mask|"
     r"tokens?|ids|weights?|value|values|probs|scores?|result|results)"
 )
+# `save_model`, `load_encoder`, `build_network`: a method or function named for what it does to a model.
+ACTION_PREFIX = re.compile(
+    r"(?i)(save|load|get|set|build|make|create|init|initialize|reset|update|export|print|log|freeze|unfreeze|"
+    r"copy|clone|wrap|prepare|setup|compile|sync|to|from|num|count)_"
+)
 # Callables named like loss functions; `evaluate_loss(...)`, `log_loss(...)` report numbers.
 LOSS_NAME = re.compile(
     r"(?i)(?!(eval|evaluate|val|valid|validate|validation|test|log|print|plot|report|record|track|avg|average|mean)_)"
@@ -389,8 +394,8 @@ def _role_from_name(name: str) -> Role | None:
         return Role.SCALER
     if LOSS_NAME.fullmatch(name):
         return Role.LOSS_FN
-    if MODEL_NAME.fullmatch(name) and not COMPUTED_SUFFIX.fullmatch(name):
-        return Role.MODEL  # `model`, `netD`; not `encoder_out` or `model_path`
+    if MODEL_NAME.fullmatch(name) and not COMPUTED_SUFFIX.fullmatch(name) and not ACTION_PREFIX.match(name):
+        return Role.MODEL  # `model`, `netD`; not `encoder_out`, `model_path` or `save_model`
     return None
 
 

@@ -47,7 +47,7 @@ from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
-from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name
+from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
 from gradlint.analysis.syntax.tree import descendants
 
 TRAINING_NAME = re.compile(
@@ -63,6 +63,14 @@ MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backwar
 ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|sim)")
 END = 1 << 62
 MAX_CALLER_DEPTH = 4
+# torch's own `nn.Module` methods, none of which runs the module's forward.
+MODULE_API = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "eval", "train", "parameters",
+     "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules", "named_modules",
+     "state_dict", "load_state_dict", "apply", "zero_grad", "requires_grad_", "register_forward_hook",
+     "register_forward_pre_hook", "register_full_backward_hook", "register_buffer", "register_parameter",
+     "add_module", "get_submodule", "get_parameter", "share_memory", "extra_repr", "forward"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -333,9 +341,29 @@ class Evaluation:
                 continue
             if self._builds_no_graph(call) or self._forward_needs_gradients(call):
                 continue
-            if self._records(call) and (self.forwards.is_forward(call) or self.helper_forward(call) is not None):
+            if self._records(call) and (
+                self.forwards.is_forward(call)
+                or self.helper_forward(call) is not None
+                or self._model_method_on_data(call, context.loops)
+            ):
                 found.append(call)
         return found
+
+    def _model_method_on_data(self, call: cst.Call, loops: tuple[Loop, ...]) -> bool:
+        """A method of a model that is no part of torch's module API, run on what the loop iterates
+        (`model.encode(batch)`, `model.sample(x)`): it computes with the model's weights. One run on
+        nothing the loop hands it (`model.save_model(path)`) proves nothing."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_API:
+            return False
+        if self.roles.role(func.value) is not Role.MODEL or not call.args:
+            return False
+        statement = self.collected.statement_of.get(call)
+        items = {name for loop in loops if isinstance(loop, cst.For) for name in _data_items(loop)}
+        origins = self.events.origins
+        return statement is not None and any(
+            origins.reads(arg.value, item, statement) for arg in call.args for item in items
+        )
 
     def _builds_no_graph(self, call: cst.Call) -> bool:
         """Whether `call` runs a module proven to hold no trainable parameters on inputs proven to carry no graph:
@@ -474,6 +502,22 @@ def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
         and value.value == "True"
         and any(last_name(target.target) == "requires_grad" for target in statement.targets)
     )
+
+
+def _data_items(loop: cst.For) -> list[str]:
+    """The names a loop binds to what it iterates, not to counts: `batch` in `for i, batch in
+    enumerate(loader)`, nothing in `for i in range(n)`."""
+    iterable, target = loop.iter, loop.target
+    if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("range", "trange"):
+        return []
+    if (
+        isinstance(iterable, cst.Call)
+        and last_name(iterable.func) == "enumerate"
+        and isinstance(target, (cst.Tuple, cst.List))
+        and len(target.elements) == 2
+    ):
+        target = target.elements[1].value
+    return list(names_in(target))
 
 
 def iterates_loader(loop: Loop) -> bool:
