@@ -507,7 +507,8 @@ def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
 def _data_items(loop: cst.For) -> list[str]:
     """The names a loop binds to what it iterates, not to counts: `batch` in `for i, batch in
     enumerate(loader)`, nothing in `for i in range(n)`."""
-    iterable, target = loop.iter, loop.target
+    iterable = loop.iter
+    target: cst.BaseExpression = loop.target
     if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("range", "trange"):
         return []
     if (
