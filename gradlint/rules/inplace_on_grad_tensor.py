@@ -58,7 +58,9 @@ class InplaceOnGradTensor(Rule):
     updates from a gradient are GL003's.
 
     A helper method that `forward` (or a function that backpropagates) calls, directly or
-    through other helpers of the module, runs under that backward too.
+    through other helpers of the module, runs under that backward too. A layer built as
+    `nn.Sigmoid()`, `nn.Tanh()`, `nn.ReLU()` or `nn.Softmax()`, or an `nn.Sequential` whose
+    last layer is one, returns a saved output.
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a

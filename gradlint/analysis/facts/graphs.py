@@ -285,7 +285,7 @@ class Graphs:
             return None
         key = dotted_name(value.func)
         built = [v for v in self.roles.values.get(key, []) if isinstance(v, cst.Call)] if key else []
-        classes = {last_name(v.func) for v in built}
+        classes = {_final_layer(v) for v in built}
         if classes and classes <= OUTPUT_SAVING_MODULES:
             return "output"
         if classes and classes <= NOTHING_SAVING_MODULES:
@@ -303,6 +303,16 @@ class Graphs:
         if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
             return self.requires_grad(node.right if left else node.left, statement)
         return False
+
+
+def _final_layer(built: cst.Call) -> str | None:
+    """The class of the layer whose output a module built by `built` returns: the module's own class, or for an
+    `nn.Sequential` its last layer's (`nn.Sequential(conv, nn.BatchNorm2d(c), nn.ReLU())` returns a ReLU's output)."""
+    layers = [arg.value for arg in built.args if arg.keyword is None and not arg.star]
+    if last_name(built.func) == "Sequential" and layers:
+        last = layers[-1]
+        return _final_layer(last) if isinstance(last, cst.Call) else None
+    return last_name(built.func)
 
 
 def _saves_output(value: cst.BaseExpression) -> bool:
