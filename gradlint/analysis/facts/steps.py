@@ -229,6 +229,13 @@ class EventIndex:
             self._origins = Origins(self.collected)
         return self._origins
 
+    def class_of(self, key: str) -> cst.ClassDef | None:
+        """The class of this module that every binding of `key` builds (`model = RN(...)`), if it is one."""
+        name = _one_class(self.roles.values.get(key, []))
+        if name is None or name in self.roles.redefined:
+            return None
+        return self.roles.classes.get(name)
+
     def instance_class(self, call: cst.Call, at: cst.Call | None = None) -> str | None:
         """The dotted name of the class `obj` was built from in `obj.method(...)`, when it is one class.
 

@@ -65,9 +65,32 @@ class Updates:
         models: set[str] = set()
         for constructor in self.roles.constructors(optimizer):
             models |= _parameter_owners(constructor)
+        if not models and key is not None and "." in key:
+            models = self._built_by_class(key)
         if key is not None:
             self._updated[key] = frozenset(models)
         return frozenset(models)
+
+    def _built_by_class(self, key: str) -> set[str]:
+        """The models an optimizer held on an instance of a class of this module was built on, as its methods build
+        it: `model.dis_optimizer` after `model = RN(...)`, whose `__init__` sets `self.dis_optimizer =
+        Adam(self.discriminator.parameters())`, updates `model.discriminator`."""
+        owner, _, attribute = key.rpartition(".")
+        cls = self.events.class_of(owner)
+        if cls is None:
+            return set()
+        models: set[str] = set()
+        for function, defined_in in self.collected.owners.items():
+            if defined_in is not cls:
+                continue
+            for statement in self.collected.statements_in_scope(function):
+                if not isinstance(statement, cst.Assign) or statement.value is None:
+                    continue
+                if not any(dotted_name(target.target) == f"self.{attribute}" for target in statement.targets):
+                    continue
+                if self.roles.role_of_value(statement.value) is Role.OPTIMIZER:
+                    models |= {_on(owner, model) for model in _parameter_owners(statement.value)}
+        return models
 
     def updated_models_in(self, optimizer: cst.BaseExpression, scope: Scope) -> frozenset[str]:
         """Like `updated_models`, from the constructors written in `scope` only, and through the names their
@@ -157,7 +180,11 @@ class Updates:
         index = unpacked_index(statement, key) if key is not None else None
         called = set()
         for call in _calls_in(value):
-            helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+            helper = (
+                self.events.resolve_helper(call) or self.events.resolve_instance_method(call)
+                if call in self.collected.contexts
+                else None
+            )
             if helper is not None:
                 called |= self._helper_models(call, helper, index if call is _assigned(statement) else None, depth)
                 continue
@@ -195,13 +222,22 @@ class Updates:
                 None,
                 returned,
             )
+            receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
             for name in inside:
                 head, _, rest = name.partition(".")
                 if head in arguments:
                     called.add(arguments[head] + (f".{rest}" if rest else ""))
                 elif head == "self":
-                    called.add(name)
+                    called.add(_on(receiver, name) if receiver is not None else name)
         return called
+
+
+def _on(owner: str, name: str) -> str:
+    """`name`, written in a class's methods, as the caller names it on `owner`: `self.discriminator` on `model`
+    is `model.discriminator` (`self` itself, inside the class, stays `self`)."""
+    if owner == "self" or not (name == "self" or name.startswith("self.")):
+        return name
+    return owner + name[len("self") :]
 
 
 def _assigned(statement: cst.CSTNode) -> cst.BaseExpression | None:
