@@ -44,7 +44,10 @@ class EvalModeNotRestored(Rule):
     A method a base class calls on `self` without defining it (`def test(self): return
     self._test()`) runs the one class of the module that derives from it and implements
     it; a method of the model whose result is backpropagated (`loss =
-    self.model.compute_loss(x, y)`, then `loss.backward()`) is its training forward.
+    self.model.compute_loss(x, y)`, then `loss.backward()`) is its training forward. A
+    training step counts from its first forward: an evaluation run between that forward and
+    the step's backward is judged by the next step's forward (a `train()` at the top of the
+    loop restores it).
 
     Known problems
     When several classes of the module implement what a base class calls on `self`, the

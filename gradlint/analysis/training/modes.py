@@ -265,7 +265,10 @@ class ModeSwitches:
             forwards = kept or forwards  # none kept: the optimizer was built where the models have other names
             if forwards:
                 models = tuple(model for _, found in forwards for model in found)
-                marks.append(Mark(Mode.TRAINING, models, event.node, event.node, context.loops, forward=forwards[0][0]))
+                # It trains from its first forward on: an eval switch between that forward and the backward (a
+                # validation run mid-step) no longer changes the mode this step's graph was recorded in.
+                first = forwards[0][0]
+                marks.append(Mark(Mode.TRAINING, models, event.node, first, context.loops, forward=first))
         return marks
 
     def _optimized(self, scope: Scope, loop: Loop | None) -> set[str] | None:
