@@ -37,7 +37,8 @@ class NonLeafOptimized(Rule):
     Known problems
     Values are followed through assignments, aliases, lists and list comprehensions,
     `append`, module-level names, `self` attributes set in another method of the
-    class, and same-module helpers. A copy returned by a function of another module is
+    class, and same-module helpers (one that returns a leaf it makes, moved by its caller,
+    included). A copy returned by a function of another module is
     not seen; a helper of another module that builds an optimizer is assumed to build it
     on a list of tensors it is passed, since its summary does not say which parameter.
     The variant where the leaf goes to the optimizer and its copy, made once, is used in

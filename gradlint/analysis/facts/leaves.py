@@ -165,6 +165,17 @@ class Leaves:
             return Held.LEAVES if Held.LEAVES in held else Held.OTHER
         if makes_leaf(call):
             return Held.LEAF
+        return self._returned_by_helper(call)
+
+    def _returned_by_helper(self, call: cst.Call) -> Held:
+        """A leaf when the same-module function `call` runs returns one from every `return`
+        (`def load_image(path): ...; return Variable(x, requires_grad=True)`)."""
+        helper = self.callers.events.resolve_helper(call) if call in self.collected.contexts else None
+        if helper is None:
+            return Held.OTHER
+        returns = [s for s in self.collected.statements_in_scope(helper) if isinstance(s, cst.Return)]
+        if returns and all(r.value is not None and self.held(r.value, r) is Held.LEAF for r in returns):
+            return Held.LEAF
         return Held.OTHER
 
     def _held_by_comprehension(self, expression: cst.ListComp | cst.GeneratorExp, at: cst.CSTNode) -> Held:
@@ -237,6 +248,8 @@ class Leaves:
             return _Pending(value, at, element=False)
         if is_container(value):
             return _Pending(value, at, element=False)  # holds no leaf itself; kept to be recognised
+        if isinstance(value, cst.Call) and value in self.collected.contexts:
+            return _Pending(value, at, element=False)  # Ex) image = load_image(path): what the helper returns
         return Held.OTHER
 
     def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: cst.For) -> None:
