@@ -45,7 +45,7 @@ SAVES_INPUT = frozenset(
         "log", "log1p", "log2", "log10", "sin", "cos", "asin", "acos", "atan", "sinh", "cosh", "pow",
         "square", "abs", "clamp", "clip", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
         "hardtanh", "hardsigmoid", "logsigmoid", "mish", "erf", "normalize", "layer_norm", "group_norm",
-        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min",
+        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min", "gather",
     }
 )  # fmt: skip
 # Saves an argument only when another argument requires grad (the product rule).
