@@ -36,7 +36,8 @@ class InplaceOnGradTensor(Rule):
       backpropagating it), raises the same error (PyTorch 1.5 and later). The step
       may be written in the loop or run by a helper, of this module or another, and
       the losses may come back from a helper of the module as a tuple: each element
-      was computed through the models the helper called for it. An optimizer a class of
+      was computed through the models the helper called for it. A loss combined after
+      the step from a term computed before it (`loss = adversarial + reg`) counts. An optimizer a class of
       the module builds in its methods (`self.dis_optimizer = Adam(self.discriminator
       .parameters())`) updates that part of every instance (`model.discriminator`).
 

@@ -51,6 +51,7 @@ class Origins:
         self.collected = collected
         self._before: dict[cst.CSTNode, Reaching] = {}
         self._walked: set[Scope] = set()
+        self._locals: dict[cst.FunctionDef, frozenset[str]] = {}
 
     def definitions(self, key: str, at: cst.CSTNode) -> tuple[Definition, ...]:
         """The definitions of `key` (`loss`, `self.h`) that may hold just before statement `at`, in source order
@@ -63,10 +64,42 @@ class Origins:
         found = self._before.get(at, {}).get(key)
         if found is None:
             return (OUTSIDE,)
+        if OUTSIDE in found and len(found) > 1 and key in self._plain_locals(scope):
+            # A name the function assigns is local to it all through: on a path that bound it nowhere (an
+            # `if`/`elif` without `else`), reading it raises, so no value from outside reaches.
+            found = found - {OUTSIDE}
         if len(found) == 1:
             return tuple(found)
         order = self.collected.order
         return tuple(sorted(found, key=lambda definition: order.get(definition.node, -1)))
+
+    def _plain_locals(self, scope: Scope) -> frozenset[str]:
+        """The names a function binds only by assignments and loops, which the walk follows: local all through
+        the function (not its parameters, nor names it declares `global` or `nonlocal`, nor ones it also binds
+        in ways the walk does not follow: `with ... as`, `except ... as`, imports, `:=`)."""
+        if not isinstance(scope, cst.FunctionDef):
+            return frozenset()
+        if scope not in self._locals:
+            assigned: set[str] = set()
+            other: set[str] = {param.name.value for param in _all_parameters(scope)}
+            for node in _own_nodes(scope):
+                if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
+                    targets = (
+                        [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                    )
+                    assigned.update(name for target in targets for name in _bound_names(target))
+                elif isinstance(node, (cst.Global, cst.Nonlocal)):
+                    other.update(item.name.value for item in node.names)
+                elif isinstance(node, cst.AsName):
+                    other.update(_bound_names(node.name))
+                elif isinstance(node, cst.ImportAlias) and node.asname is None:
+                    other.add((dotted_name(node.name) or "").split(".")[0])
+                elif isinstance(node, cst.NamedExpr):
+                    other.update(_bound_names(node.target))
+                elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not scope:
+                    other.add(node.name.value)
+            self._locals[scope] = frozenset(assigned - other)
+        return self._locals[scope]
 
     def reads(self, expression: cst.BaseExpression, key: str, at: cst.CSTNode) -> bool:
         """Whether `expression`, evaluated just before `at`, may be computed from the value of `key`."""
@@ -134,3 +167,33 @@ class _Walker(ForwardWalk[frozenset[Definition]]):
         prefix = key + "."
         kept = {name: defs for name, defs in self.env.items() if not name.startswith(prefix)}
         self.env = {**kept, key: frozenset({definition})}
+
+
+def _all_parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    params = function.params
+    star = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return [*params.posonly_params, *params.params, *params.kwonly_params, *star]
+
+
+def _own_nodes(function: cst.FunctionDef) -> list[cst.CSTNode]:
+    """The nodes of a function's body, nested functions and classes themselves but not their bodies."""
+    found: list[cst.CSTNode] = []
+    pending: list[cst.CSTNode] = [function.body]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        pending.extend(node.children)
+    return found
+
+
+def _bound_names(target: cst.BaseExpression) -> list[str]:
+    """The plain names an assignment target binds (`a`, `a, (b, c)`; not `self.x` or `x[0]`)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _bound_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return []

@@ -124,18 +124,35 @@ class Updates:
                 if stepped.kind is not Kind.STEP or stepped.value is None or self.branches.exclusive(stepped, backward):
                     continue
                 moment = order[stepped.site]
-                before = [node for node in computed if order[node] < moment]
-                if len(before) != len(computed):
-                    continue  # the loss is computed again after the step
+                # A loss computed after the step (`loss = gen_loss + reg`) is fresh itself, but the terms it
+                # reads that were computed before the step saved the weights as they were.
+                before: list[tuple[cst.CSTNode, str | None]] = []
+                for node in computed:
+                    before += [(node, key)] if order[node] < moment else self._stale_inputs(node, moment, step)
                 models = self.updated_models(stepped.value)
-                for node in before:
-                    called = models & self._models_called(node, lambda found: self._inside(found, step), 0, set(), key)
+                for node, read in before:
+                    called = models & self._models_called(node, lambda found: self._inside(found, step), 0, set(), read)
                     if called:
                         found.append(StaleWeights(backward, stepped, sorted(called)[0], node))
                         break
                 else:
                     continue
                 break
+        return found
+
+    def _stale_inputs(self, node: cst.CSTNode, moment: int, step: TrainingStep) -> list[tuple[cst.CSTNode, str]]:
+        """The assignments inside `step`, before `moment`, of the names the statement `node` reads."""
+        order = self.collected.order
+        found = []
+        for name in _names_in(node):
+            read = dotted_name(name)
+            for definition in self.origins.definitions(read, node) if read is not None else ():
+                if (
+                    definition is not OUTSIDE
+                    and self._inside(definition.node, step)
+                    and order[definition.node] < moment
+                ):
+                    found.append((definition.node, read))
         return found
 
     def _computing_statements(
