@@ -84,9 +84,7 @@ class Origins:
             other: set[str] = {param.name.value for param in _all_parameters(scope)}
             for node in _own_nodes(scope):
                 if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
-                    targets = (
-                        [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                    )
+                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                     assigned.update(name for target in targets for name in _bound_names(target))
                 elif isinstance(node, (cst.Global, cst.Nonlocal)):
                     other.update(item.name.value for item in node.names)

@@ -143,10 +143,12 @@ class Updates:
     def _stale_inputs(self, node: cst.CSTNode, moment: int, step: TrainingStep) -> list[tuple[cst.CSTNode, str]]:
         """The assignments inside `step`, before `moment`, of the names the statement `node` reads."""
         order = self.collected.order
-        found = []
+        found: list[tuple[cst.CSTNode, str]] = []
         for name in _names_in(node):
             read = dotted_name(name)
-            for definition in self.origins.definitions(read, node) if read is not None else ():
+            if read is None:
+                continue
+            for definition in self.origins.definitions(read, node):
                 if (
                     definition is not OUTSIDE
                     and self._inside(definition.node, step)
