@@ -17,6 +17,7 @@ import libcst as cst
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
 from gradlint.analysis.syntax.names import dotted_name, names_in
+from gradlint.analysis.syntax.tree import children
 
 
 class Binding(Enum):
@@ -182,7 +183,7 @@ def _own_nodes(function: cst.FunctionDef) -> list[cst.CSTNode]:
         found.append(node)
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        pending.extend(node.children)
+        pending.extend(children(node))
     return found
 
 
