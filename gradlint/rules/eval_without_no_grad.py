@@ -44,9 +44,10 @@ class EvalWithoutNoGrad(Rule):
     (saliency maps, adversarial examples: `x.requires_grad_()`,
     `torch.autograd.grad`) are fine and not reported.
 
-    A model's own method run on what the loop iterates (`model.encode(batch)`) is a forward
-    too, as is a model known by what the code does with it (`trainedModel.to(device)`,
-    `trainedModel.eval()`) whatever its name. `torch.set_grad_enabled(False)` written as a
+    A method of a model proven one (not only named one), handed what the loop iterates
+    (`model.encode(batch)`), is a forward too, and a model is known by what the code does
+    with it (`trainedModel.to(device)`, `trainedModel.eval()`, `trainedModel(x)`) whatever
+    its name. `torch.set_grad_enabled(False)` written as a
     statement turns grad off for the rest of its block.
 
     Known problems

@@ -50,12 +50,14 @@ MODEL_BASES = frozenset(
 NON_MODEL_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "init", "functional", "utils"})
 ARGUMENT_PARSERS = re.compile(r"parse_(known_)?args|parse_opts?|get_args|get_opts|get_config|Namespace|EasyDict")
 
-# What only a torch module answers to together: a mode switch, and a move, its parameters or its state.
+# What only a torch module answers to together: a mode switch and its parameters or state, or a switch, a move
+# and a call.
 MODE_SWITCHES = frozenset({"eval", "train"})
-MODULE_METHODS = frozenset(
-    {"parameters", "named_parameters", "state_dict", "load_state_dict", "to", "cuda", "cpu", "modules",
-     "children", "named_modules", "zero_grad", "requires_grad_", "half", "apply", "register_forward_hook"}
+MODULE_STATE_METHODS = frozenset(
+    {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "children", "named_modules",
+     "zero_grad", "requires_grad_", "register_forward_hook"}
 )  # fmt: skip
+MOVES = frozenset({"to", "cuda", "cpu", "half"})
 OPTIMIZER_NAME = re.compile(
     r"(optimizer|optimiser|optim|opt)s?"
     r"(_?[A-Z]|_?\d+|_(g|d|gen|disc|generator|discriminator|enc|dec|encoder|decoder|actor|critic|policy|value|q|pi|v|model|net|main|alpha|[a-z]))?"
@@ -365,22 +367,28 @@ def _is_model_constructor(qualified: str, name: str) -> bool:
 
 
 def _used_as_modules(calls: list[cst.Call]) -> frozenset[str]:
-    """Names the module uses as torch modules, whatever they are called: switched to `eval()` or `train()` and also
-    moved or asked for their parameters or state (`trainedModel.eval(); trainedModel.to(device)`). A mode switch
-    and a call alone prove nothing: a project object may have its own `eval`."""
+    """Names the module uses as torch modules, whatever they are called: switched to `eval()` or `train()` and
+    asked for their parameters or state, or switched, moved and called (`trainedModel.to(device);
+    trainedModel.eval(); trainedModel(x)`). A switch and a move alone prove nothing (a graph object of a graph
+    library has both), nor a switch and a call (a project object may have its own `eval`)."""
     switched: set[str] = set()
-    used: set[str] = set()
+    stated: set[str] = set()
+    moved: set[str] = set()
+    called: set[str] = set()
     for call in calls:
         func = call.func
-        if isinstance(func, cst.Attribute):
-            key = dotted_name(func.value)
-            if key is None:
-                continue
-            if func.attr.value in MODE_SWITCHES and (not call.args or _is_bool_literal(call.args[0].value)):
-                switched.add(key)
-            elif func.attr.value in MODULE_METHODS:
-                used.add(key)
-    return frozenset((switched & used) - {"self"})
+        key = dotted_name(func.value) if isinstance(func, cst.Attribute) else dotted_name(func)
+        if key is None:
+            continue
+        if not isinstance(func, cst.Attribute):
+            called.add(key)
+        elif func.attr.value in MODE_SWITCHES and (not call.args or _is_bool_literal(call.args[0].value)):
+            switched.add(key)
+        elif func.attr.value in MODULE_STATE_METHODS:
+            stated.add(key)
+        elif func.attr.value in MOVES:
+            moved.add(key)
+    return frozenset((switched & (stated | (moved & called))) - {"self"})
 
 
 def _is_bool_literal(value: cst.BaseExpression) -> bool:

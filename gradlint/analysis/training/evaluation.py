@@ -350,20 +350,20 @@ class Evaluation:
         return found
 
     def _model_method_on_data(self, call: cst.Call, loops: tuple[Loop, ...]) -> bool:
-        """A method of a model that is no part of torch's module API, run on what the loop iterates
-        (`model.encode(batch)`, `model.sample(x)`): it computes with the model's weights. One run on
-        nothing the loop hands it (`model.save_model(path)`) proves nothing."""
+        """A method of a model that is no part of torch's module API, handed what the loop iterates
+        (`model.encode(batch)`, `model.sample(x.to(device))`): it computes with the model's weights. The model
+        must be proven one (built, optimized, or used as one), not named one; a method handed something else
+        (a path, a count, a flag derived from the batch, outputs already computed) proves nothing."""
         func = call.func
         if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_API:
             return False
-        if self.roles.role(func.value) is not Role.MODEL or not call.args:
+        key = dotted_name(func.value)
+        roles = self.roles
+        proven = roles.proven_role(func.value) is Role.MODEL or key in roles.optimized or key in roles.used_as_modules
+        if not proven:
             return False
-        statement = self.collected.statement_of.get(call)
         items = {name for loop in loops if isinstance(loop, cst.For) for name in _data_items(loop)}
-        origins = self.events.origins
-        return statement is not None and any(
-            origins.reads(arg.value, item, statement) for arg in call.args for item in items
-        )
+        return any(_the_item(arg.value) in items for arg in call.args)
 
     def _builds_no_graph(self, call: cst.Call) -> bool:
         """Whether `call` runs a module proven to hold no trainable parameters on inputs proven to carry no graph:
@@ -502,6 +502,21 @@ def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
         and value.value == "True"
         and any(last_name(target.target) == "requires_grad" for target in statement.targets)
     )
+
+
+def _the_item(value: cst.BaseExpression) -> str | None:
+    """The name a value is, moved or indexed: `x` for `x`, `x.to(device)`, `x.cuda()`, `batch["image"]`."""
+    while True:
+        if isinstance(value, cst.Subscript):
+            value = value.value
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda", "float", "half")
+        ):
+            value = value.func.value
+        else:
+            return value.value if isinstance(value, cst.Name) else None
 
 
 def _data_items(loop: cst.For) -> list[str]:
