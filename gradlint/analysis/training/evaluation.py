@@ -63,6 +63,8 @@ MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backwar
 ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|sim)")
 END = 1 << 62
 MAX_CALLER_DEPTH = 4
+# Calls that give numbers to iterate over, not data.
+NUMBER_SEQUENCES = frozenset({"range", "trange", "linspace", "arange", "logspace", "geomspace"})
 # torch's own `nn.Module` methods, none of which runs the module's forward.
 MODULE_API = frozenset(
     {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "eval", "train", "parameters",
@@ -521,11 +523,11 @@ def _the_item(value: cst.BaseExpression) -> str | None:
 
 def _data_items(loop: cst.For) -> list[str]:
     """The names a loop binds to what it iterates, not to counts: `batch` in `for i, batch in
-    enumerate(loader)`, nothing in `for i in range(n)`."""
+    enumerate(loader)`, nothing in `for i in range(n)` or `for t in np.linspace(0, 1, n)`."""
     iterable = loop.iter
     target: cst.BaseExpression = loop.target
-    if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("range", "trange"):
-        return []
+    if isinstance(iterable, cst.Call) and last_name(iterable.func) in NUMBER_SEQUENCES:
+        return []  # Ex) for threshold in np.linspace(0, 1, 100): numbers, not data
     if (
         isinstance(iterable, cst.Call)
         and last_name(iterable.func) == "enumerate"
