@@ -17,7 +17,6 @@ import libcst as cst
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
 from gradlint.analysis.syntax.names import dotted_name, names_in
-from gradlint.analysis.syntax.tree import children
 
 
 class Binding(Enum):
@@ -53,6 +52,7 @@ class Origins:
         self._before: dict[cst.CSTNode, Reaching] = {}
         self._walked: set[Scope] = set()
         self._locals: dict[cst.FunctionDef, frozenset[str]] = {}
+        self._compound: dict[Scope, list[cst.CSTNode]] | None = None
 
     def definitions(self, key: str, at: cst.CSTNode) -> tuple[Definition, ...]:
         """The definitions of `key` (`loss`, `self.h`) that may hold just before statement `at`, in source order
@@ -77,28 +77,45 @@ class Origins:
     def _plain_locals(self, scope: Scope) -> frozenset[str]:
         """The names a function binds only by assignments and loops, which the walk follows: local all through
         the function (not its parameters, nor names it declares `global` or `nonlocal`, nor ones it also binds
-        in ways the walk does not follow: `with ... as`, `except ... as`, imports, `:=`)."""
+        in ways the walk does not follow: `with ... as`, `except ... as`, imports, nested `def` and `class`)."""
         if not isinstance(scope, cst.FunctionDef):
             return frozenset()
         if scope not in self._locals:
             assigned: set[str] = set()
             other: set[str] = {param.name.value for param in _all_parameters(scope)}
-            for node in _own_nodes(scope):
-                if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
-                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                    assigned.update(name for target in targets for name in _bound_names(target))
-                elif isinstance(node, (cst.Global, cst.Nonlocal)):
-                    other.update(item.name.value for item in node.names)
-                elif isinstance(node, cst.AsName):
-                    other.update(_bound_names(node.name))
-                elif isinstance(node, cst.ImportAlias) and node.asname is None:
-                    other.add((dotted_name(node.name) or "").split(".")[0])
-                elif isinstance(node, cst.NamedExpr):
-                    other.update(_bound_names(node.target))
-                elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not scope:
+            for statement in self.collected.statements_in_scope(scope):
+                if isinstance(statement, cst.Assign):
+                    assigned.update(name for target in statement.targets for name in _bound_names(target.target))
+                elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
+                    assigned.update(_bound_names(statement.target))
+                elif isinstance(statement, (cst.Global, cst.Nonlocal)):
+                    other.update(item.name.value for item in statement.names)
+                elif isinstance(statement, (cst.Import, cst.ImportFrom)) and not isinstance(
+                    statement.names, cst.ImportStar
+                ):
+                    other.update(_imported_name(alias) for alias in statement.names)
+            for node in self._compounds().get(scope, ()):
+                if isinstance(node, cst.For):
+                    assigned.update(_bound_names(node.target))
+                elif isinstance(node, cst.With):
+                    other.update(name for item in node.items if item.asname for name in _bound_names(item.asname.name))
+                elif isinstance(node, cst.Try):
+                    other.update(
+                        name for handler in node.handlers if handler.name for name in _bound_names(handler.name.name)
+                    )
+                elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                     other.add(node.name.value)
             self._locals[scope] = frozenset(assigned - other)
         return self._locals[scope]
+
+    def _compounds(self) -> dict[Scope, list[cst.CSTNode]]:
+        """The compound statements of each scope that bind names (`for`, `with`, `try`, `def`, `class`)."""
+        if self._compound is None:
+            self._compound = {}
+            for node, context in self.collected.contexts.items():
+                if isinstance(node, (cst.For, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)):
+                    self._compound.setdefault(context.scope, []).append(node)
+        return self._compound
 
     def reads(self, expression: cst.BaseExpression, key: str, at: cst.CSTNode) -> bool:
         """Whether `expression`, evaluated just before `at`, may be computed from the value of `key`."""
@@ -174,17 +191,11 @@ def _all_parameters(function: cst.FunctionDef) -> list[cst.Param]:
     return [*params.posonly_params, *params.params, *params.kwonly_params, *star]
 
 
-def _own_nodes(function: cst.FunctionDef) -> list[cst.CSTNode]:
-    """The nodes of a function's body, nested functions and classes themselves but not their bodies."""
-    found: list[cst.CSTNode] = []
-    pending: list[cst.CSTNode] = [function.body]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        pending.extend(children(node))
-    return found
+def _imported_name(alias: cst.ImportAlias) -> str:
+    """The name an import binds: `np` for `import numpy as np`, `os` for `import os.path`."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return (dotted_name(alias.name) or "").split(".")[0]
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:

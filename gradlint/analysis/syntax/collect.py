@@ -337,6 +337,7 @@ class Collector:
         self.counter = 0
         self._plain: dict[str, bool] = {}
         self._handed: dict[cst.FunctionDef, frozenset[str]] = {}
+        self.switched: GradMode | None = None  # the mode a statement just walked switched to, for what follows
 
     def walk(self, node: cst.CSTNode) -> None:
         """Record `node` and everything below it, in LibCST's visiting order."""
@@ -372,8 +373,10 @@ class Collector:
                 for item in value:
                     if is_node(type(item)):
                         self.walk(item)
-                        if type(item) is cst.SimpleStatementLine:
-                            self._switch_grad_mode(item)
+                        if self.switched is not None and type(item) is cst.SimpleStatementLine:
+                            # the line just walked was `torch.set_grad_enabled(...)`: what follows it in the block
+                            self.context = replace(self.context, grad_mode=self.switched)
+                            self.switched = None
             elif is_node(kind):
                 if name in traits.scoped_fields:
                     self.context = _field_context(self, node)
@@ -389,23 +392,21 @@ class Collector:
             # Recorded on leave, so calls are in evaluation order: arguments first.
             result.calls.append(cast(cst.Call, node))
 
-    def _switch_grad_mode(self, line: cst.SimpleStatementLine) -> None:
-        """`torch.set_grad_enabled(False)` written as a statement switches grad mode for the statements after it in
-        its block (and, in truth, until it is switched back: beyond the block is not assumed)."""
-        for small in line.body:
-            if (
-                isinstance(small, cst.Expr)
-                and isinstance(small.value, cst.Call)
-                and last_name(small.value.func) == "set_grad_enabled"
-                and (mode := grad_mode_of(small.value)) is not None
-            ):
-                self.context = replace(self.context, grad_mode=mode)
-
     def enter_import(self, node: cst.CSTNode) -> None:
         self.result.imports.add(cast(cst.Import | cst.ImportFrom, node))
 
     def enter_line(self, node: cst.CSTNode) -> None:
-        self.result.statements.extend(cast(cst.SimpleStatementLine, node).body)
+        body = cast(cst.SimpleStatementLine, node).body
+        self.result.statements.extend(body)
+        # `torch.set_grad_enabled(False)` written as a statement switches grad mode for the statements after it
+        # in its block (and, in truth, until it is switched back: beyond the block is not assumed).
+        for small in body:
+            if (
+                type(small) is cst.Expr
+                and isinstance(small.value, cst.Call)
+                and last_name(small.value.func) == "set_grad_enabled"
+            ):
+                self.switched = grad_mode_of(small.value)
 
     def enter_class(self, node: cst.CSTNode) -> None:
         self.result.classes.append(cast(cst.ClassDef, node))
