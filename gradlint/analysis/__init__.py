@@ -190,7 +190,7 @@ class ModuleAnalysis:
     @cached_property
     def lineage(self) -> Lineages:
         """What values were computed from, and which operations without a gradient cut them."""
-        return Lineages(self.collected, self.roles, self.events, self.origins)
+        return Lineages(self.collected, self.roles, self.events, self.origins, self.callers)
 
     @cached_property
     def targets(self) -> Targets:

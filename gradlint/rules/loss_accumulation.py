@@ -7,7 +7,7 @@ import libcst as cst
 from gradlint.analysis import Event, Kind
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.keeping import added_to
-from gradlint.analysis.facts.values import ADDING_METHODS, CONTAINER_METHODS
+from gradlint.analysis.facts.values import ADDING_METHODS, CONTAINER_METHODS, container_of
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.fixes import method_call, replace_node
 from gradlint.rule import Fix, Rule
@@ -293,6 +293,4 @@ def _backpropagates(events: tuple[Event, ...]) -> bool:
 
 
 def _container_key(node: cst.BaseExpression) -> str | None:
-    while isinstance(node, cst.Subscript):
-        node = node.value
-    return dotted_name(node)
+    return dotted_name(container_of(node))

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from gradlint.analysis import Event, Kind, Role, TrainingStep
+from gradlint.analysis import Kind, Role, TrainingStep
 from gradlint.analysis.syntax.collect import Loop
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.rule import Rule
@@ -81,22 +81,15 @@ class OptimizerInLoop(Rule):
 
     def check_step(self, step: TrainingStep) -> None:
         node = step.node
-        if isinstance(node, cst.FunctionDef) and any(self._runs_closure(event) for event in step.of_kind(Kind.STEP)):
+        events = self.analysis.events
+        steps = step.of_kind(Kind.STEP)
+        if isinstance(node, cst.FunctionDef) and any(
+            isinstance(e.node, cst.Call) and events.step_closure(e.node) is not None for e in steps
+        ):
             return  # `LBFGS.step(closure)` iterates by itself: one call of the function is a whole fit
         self._check_region(node, 0)
         if not isinstance(node, cst.FunctionDef):
             self._check_epoch_loop(step, node)
-
-    def _runs_closure(self, event: Event) -> bool:
-        """Whether a step hands the optimizer a function to call (`optimizer.step(closure)`)."""
-        call = event.node
-        if not isinstance(call, cst.Call) or not call.args:
-            return False
-        handed = call.args[0].value
-        if isinstance(handed, cst.Lambda):
-            return True
-        context = self.analysis.context(call)
-        return isinstance(handed, cst.Name) and self.analysis.events.resolve_name(handed, context) is not None
 
     def _check_epoch_loop(self, step: TrainingStep, node: Loop) -> None:
         """Report a stateful optimizer this step steps, rebuilt on every pass of the epoch loop around it.

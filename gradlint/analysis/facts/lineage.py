@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
@@ -152,16 +153,18 @@ def criterion_sides(call: cst.Call) -> tuple[list[cst.BaseExpression], list[cst.
 class Lineages:
     """Answers what a value was computed from, through a scope's assignments and its helpers."""
 
-    def __init__(self, collected: Collected, roles: Roles, events: EventIndex, origins: Origins) -> None:
+    def __init__(
+        self, collected: Collected, roles: Roles, events: EventIndex, origins: Origins, callers: CallerGradMode
+    ) -> None:
         self.collected = collected
         self.roles = roles
         self.events = events
         self.origins = origins
+        self.callers = callers
         self._cache: dict[tuple[cst.CSTNode, cst.CSTNode], Lineage] = {}
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
         self._cut_short = False
         self._appended: dict[cst.CSTNode, dict[str, list[tuple[cst.BaseExpression, cst.CSTNode]]]] = {}
-        self._sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
 
     def of(self, expression: cst.BaseExpression, at: cst.CSTNode, bindings: Bindings | None = None) -> Lineage:
         """The lineage of `expression` evaluated just before statement `at`.
@@ -401,7 +404,7 @@ class Lineages:
         function = context.function if context is not None else None
         if function is None or key not in _plain_parameters(function):
             return None
-        sites = self._call_sites().get(function)
+        sites = self.callers.call_sites(function)
         if not sites:
             return None
         result = NONE
@@ -412,16 +415,6 @@ class Lineages:
                 continue  # the parameter's default: no history
             result = result | self._trace(argument, statement, {}, depth + 1)
         return result
-
-    def _call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
-        """The calls of the module that run each of its functions (`update(...)`, `self.update(...)`)."""
-        if self._sites is None:
-            self._sites = {}
-            for call in self.collected.calls:
-                helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
-                if helper is not None:
-                    self._sites.setdefault(helper, []).append(call)
-        return self._sites
 
     def _free(
         self, node: cst.Name | cst.Attribute, key: str, at: cst.CSTNode, bindings: Bindings, depth: int

@@ -17,6 +17,7 @@ import libcst as cst
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
 from gradlint.analysis.syntax.names import dotted_name, names_in
+from gradlint.analysis.syntax.refs import all_params
 
 
 class Binding(Enum):
@@ -82,7 +83,7 @@ class Origins:
             return frozenset()
         if scope not in self._locals:
             assigned: set[str] = set()
-            other: set[str] = {param.name.value for param in _all_parameters(scope)}
+            other: set[str] = set(all_params(scope))
             for statement in self.collected.statements_in_scope(scope):
                 if isinstance(statement, cst.Assign):
                     assigned.update(name for target in statement.targets for name in _bound_names(target.target))
@@ -183,12 +184,6 @@ class _Walker(ForwardWalk[frozenset[Definition]]):
         prefix = key + "."
         kept = {name: defs for name, defs in self.env.items() if not name.startswith(prefix)}
         self.env = {**kept, key: frozenset({definition})}
-
-
-def _all_parameters(function: cst.FunctionDef) -> list[cst.Param]:
-    params = function.params
-    star = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-    return [*params.posonly_params, *params.params, *params.kwonly_params, *star]
 
 
 def _imported_name(alias: cst.ImportAlias) -> str:

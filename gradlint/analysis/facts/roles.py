@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from enum import Enum
+from functools import cached_property
 
 import libcst as cst
 
@@ -53,10 +54,15 @@ ARGUMENT_PARSERS = re.compile(r"parse_(known_)?args|parse_opts?|get_args|get_opt
 # What only a torch module answers to together: a mode switch and its parameters or state, or a switch, a move
 # and a call.
 MODE_SWITCHES = frozenset({"eval", "train"})
-MODULE_STATE_METHODS = frozenset(
-    {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "children", "named_modules",
-     "zero_grad", "requires_grad_", "register_forward_hook"}
+# Methods only an nn.Module has: an object they are called on is one.
+MODULE_ONLY_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "children", "named_children", "modules", "named_modules",
+        "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook", "add_module",
+    }
 )  # fmt: skip
+# With a mode switch, a module's state too (an optimizer has these, but no `eval()`).
+MODULE_STATE_METHODS = MODULE_ONLY_METHODS | {"state_dict", "load_state_dict", "zero_grad", "requires_grad_"}
 MOVES = frozenset({"to", "cuda", "cpu", "half"})
 OPTIMIZER_NAME = re.compile(
     r"(optimizer|optimiser|optim|opt)s?"
@@ -136,7 +142,12 @@ class Roles:
             if isinstance(loop, cst.For):
                 self._record_for(loop)
         self.optimized = self._optimized_modules(collected.calls)
-        self.used_as_modules = _used_as_modules(collected.calls)
+
+    @cached_property
+    def used_as_modules(self) -> frozenset[str]:
+        """Names the module uses as torch modules, whatever they are called (see `_used_as_modules`); read only
+        where neither a construction nor an annotation decides."""
+        return _used_as_modules(self.collected.calls)
 
     def _optimized_modules(self, calls: list[cst.Call]) -> frozenset[str]:
         """Names whose `.parameters()` an optimizer is built on: modules, whatever they are called."""

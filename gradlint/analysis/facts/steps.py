@@ -353,6 +353,19 @@ class EventIndex:
         """The calls and simple statements written in `scope` itself, in evaluation order."""
         return self._scope_items.get(scope, [])
 
+    def step_closure(self, call: cst.Call) -> cst.FunctionDef | cst.Lambda | None:
+        """What a `step(closure)` call hands the optimizer to run (LBFGS needs one): a lambda, or the function
+        of this module its argument names; None for a step given no function."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+            return None
+        handed = call.args[0].value
+        if isinstance(handed, cst.Lambda):
+            return handed
+        if not isinstance(handed, cst.Name) or call not in self.collected.contexts:
+            return None
+        return self.resolve_name(handed, self.context(call))
+
     def resolve_name(self, name: cst.Name, context: Context) -> cst.FunctionDef | None:
         """The function of this module a bare name refers to at `context`."""
         return self._resolve_callee(name, context)

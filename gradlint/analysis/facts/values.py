@@ -311,16 +311,11 @@ class GradValues:
         return args_grad or not self.holds_no_parameters(forward_receiver(func), scope)
 
     def _step_closure(self, call: cst.Call) -> cst.FunctionDef | None:
-        """The same-module function an optimizer's `step(closure)` runs (LBFGS needs one), if it can be known."""
-        func = call.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+        """The same-module function an optimizer's `step(closure)` runs, if it can be known."""
+        closure = self.events.step_closure(call)
+        if not isinstance(closure, cst.FunctionDef) or not isinstance(call.func, cst.Attribute):
             return None
-        closure = call.args[0].value
-        if not isinstance(closure, cst.Name) or call not in self.collected.contexts:
-            return None
-        if self.roles.role(func.value) is not Role.OPTIMIZER:
-            return None
-        return self.events.resolve_name(closure, self.events.context(call))
+        return closure if self.roles.role(call.func.value) is Role.OPTIMIZER else None
 
     def _is_forward_call(self, func: cst.BaseExpression, scope: Scope) -> bool:
         # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
@@ -520,7 +515,7 @@ class _Walker(ForwardWalk[bool]):
             return
         if isinstance(target, cst.Subscript):
             # Ex) losses[i] = loss: the container now holds a graph too (and keeps whatever it held)
-            container = dotted_name(_container_of(target))
+            container = dotted_name(container_of(target))
             if grad and container is not None:
                 self.env = {**self.env, container: True}
             return
@@ -529,9 +524,8 @@ class _Walker(ForwardWalk[bool]):
             self.env = {**self.env, key: grad}
 
 
-def _container_of(target: cst.Subscript) -> cst.BaseExpression:
-    """`losses` in `losses[i]` and in `stats["loss"][i]`."""
-    node: cst.BaseExpression = target
+def container_of(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`losses` in `losses[i]` and in `stats["loss"][i]` (and `losses` itself)."""
     while isinstance(node, cst.Subscript):
         node = node.value
     return node

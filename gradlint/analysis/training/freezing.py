@@ -18,7 +18,7 @@ from functools import cached_property
 import libcst as cst
 
 from gradlint.analysis.facts.origins import OUTSIDE, Binding, Definition, Origins
-from gradlint.analysis.facts.roles import COMPUTED_SUFFIX, MODEL_NAME, Role, Roles
+from gradlint.analysis.facts.roles import COMPUTED_SUFFIX, MODEL_NAME, MODULE_ONLY_METHODS, Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, rebound
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
@@ -40,13 +40,6 @@ STATELESS_BY_DEFAULT = frozenset({"SGD"})
 LAYER_NAME = re.compile(
     r"(layer|conv|bn|fc|stage|block|downsample)\d*|stem|neck|heads?|features|embeddings|blocks|layers|lstm|gru|rnn|mlp"
 )
-# Methods only an nn.Module has: an object they are called on is one.
-MODULE_METHODS = frozenset(
-    {
-        "parameters", "named_parameters", "children", "named_children", "modules", "named_modules",
-        "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook", "add_module",
-    }
-)  # fmt: skip
 # torch functions return tensors, except these loaders: `torch.hub.load(...)` stored as `backbone` is a model.
 MODEL_LOADERS = frozenset({"torch.hub.load", "torch.jit.load", "torch.jit.script", "torch.jit.trace"})
 # Types whose instances are tensors, never modules, as an `isinstance` test names them through the imports.
@@ -187,7 +180,7 @@ class Freezing:
         return frozenset(
             key
             for call in self.collected.calls
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_METHODS
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_ONLY_METHODS
             for key in [dotted_name(call.func.value)]
             if key is not None
         )

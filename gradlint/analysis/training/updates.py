@@ -19,7 +19,7 @@ import libcst as cst
 from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.origins import OUTSIDE, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, arguments_of
 from gradlint.analysis.facts.values import DETACHING_METHODS
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
@@ -223,7 +223,7 @@ class Updates:
     def _helper_models(self, call: cst.Call, helper: cst.FunctionDef, index: int | None, depth: int) -> set[str]:
         """The models a same-module helper calls to compute what it returns (element `index` of a returned tuple),
         named as the caller names them: a parameter stands for its argument at `call`."""
-        arguments = _arguments_by_parameter(call, helper)
+        arguments = {param: name for param, given in arguments_of(helper, call).items() if (name := dotted_name(given))}
         called: set[str] = set()
         for statement in self.collected.statements_in_scope(helper):
             if not isinstance(statement, cst.Return) or statement.value is None:
@@ -262,22 +262,6 @@ def _on(owner: str, name: str) -> str:
 def _assigned(statement: cst.CSTNode) -> cst.BaseExpression | None:
     """The value an assignment statement binds."""
     return statement.value if isinstance(statement, cst.Assign) else None
-
-
-def _arguments_by_parameter(call: cst.Call, helper: cst.FunctionDef) -> dict[str, str]:
-    """The dotted name of each argument `call` hands to `helper`, by the parameter it binds."""
-    params = [*helper.params.posonly_params, *helper.params.params]
-    if params and params[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
-        params = params[1:]
-    bound: dict[str, str] = {}
-    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-    for param, argument in zip(params, positional, strict=False):
-        if (name := dotted_name(argument)) is not None:
-            bound[param.name.value] = name
-    for arg in call.args:
-        if arg.keyword is not None and (name := dotted_name(arg.value)) is not None:
-            bound[arg.keyword.value] = name
-    return bound
 
 
 def _parameter_owners(node: cst.CSTNode) -> set[str]:
