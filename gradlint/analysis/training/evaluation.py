@@ -4,7 +4,9 @@ Two kinds of region are evaluation code:
 
 - from `model.eval()` (or `model.train(False)`) to the next `model.train()` of the same
   scope, in source order;
-- the whole body of a function that iterates a loader (`for x, y in val_loader`) and
+- the whole body of a function that iterates a loader (`for x, y in val_loader`: a loader's
+  name or a torch `DataLoader`, through `tqdm`/`enumerate`/`iter` and local names bound from
+  them, `bar = tqdm(loader)`) and
   never backpropagates, steps, clears or clips (same-module helpers included), is not
   named like training or gradient code (`train_epoch`, `fgsm_attack`, `saliency`),
   is not a method of an `nn.Module` and does not return a graph.
@@ -43,11 +45,13 @@ import libcst as cst
 from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.forwards import ForwardCalls
 from gradlint.analysis.facts.leaves import parameter_names
+from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import EventIndex, Given, arguments_of, runs_when_off, switched_off_at
+from gradlint.analysis.facts.steps import EventIndex, Given, runs_when_off, switched_off_at
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
+from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import descendants
 
 TRAINING_NAME = re.compile(
@@ -62,6 +66,9 @@ MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backwar
 # `env.step(action)` advances a simulator: evaluation loops of RL agents call it.
 ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|sim)")
 END = 1 << 62
+# torch's loaders, by qualified name: iterating one draws batches.
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+MAX_BINDING_DEPTH = 3  # `tq = tqdm(it)`, `it = iter(loader)`: how many local names to follow back
 MAX_CALLER_DEPTH = 4
 # Calls that give numbers to iterate over, not data.
 NUMBER_SEQUENCES = frozenset({"range", "trange", "linspace", "arange", "logspace", "geomspace"})
@@ -111,6 +118,27 @@ class Evaluation:
         self._exits: dict[Region, list[int]] = {}
         self._tries: dict[Scope, dict[cst.ExceptHandler, cst.Try]] = {}  # the `try` of each `except`, per scope
 
+    def iterates_loader(self, loop: Loop) -> bool:
+        """Whether `loop` draws batches from a loader or dataset: `for x, y in tqdm(val_loader)`, or a local name
+        bound from one first (`tq = tqdm(loader)`; `for batch in tq`), or a torch `DataLoader` built in view."""
+        return isinstance(loop, cst.For) and self._is_loader(loop.iter, loop, depth=0)
+
+    def _is_loader(self, iterable: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+        while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITERATION_WRAPPERS and iterable.args:
+            iterable = iterable.args[0].value
+        if isinstance(iterable, cst.Call):
+            return self.collected.imports.resolve(iterable.func) in DATA_LOADERS
+        name = last_name(iterable)
+        if name is not None and LOADER_NAME.fullmatch(name) is not None:
+            return True
+        if not isinstance(iterable, cst.Name) or depth >= MAX_BINDING_DEPTH:
+            return False
+        statement = self.collected.statement_of.get(at) if isinstance(at, cst.Call) else at
+        bound = self.events.origins.definitions(iterable.value, statement or at)
+        return all(d.binding is Binding.ASSIGN for d in bound) and all(
+            self._is_loader(d.value, d.node, depth + 1) for d in bound
+        )
+
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
         first: dict[Loop, cst.Call] = {}
@@ -119,7 +147,7 @@ class Evaluation:
         looping: dict[Scope, bool] = {}
         for loop in self.collected.loops:
             scope = self.collected.contexts[loop].scope
-            looping[scope] = looping.get(scope, False) or iterates_loader(loop)
+            looping[scope] = looping.get(scope, False) or self.iterates_loader(loop)
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         for scope in (scope for scope in scopes if scope in looping and not self._is_module_forward(scope)):
             for region in self.regions(scope, by_shape=looping[scope]):
@@ -337,7 +365,7 @@ class Evaluation:
                 continue  # a profiled forward is measured as written, grad mode included
             if not self._in_region(region, call):
                 continue
-            if region.over_loader and not any(iterates_loader(loop) for loop in context.loops):
+            if region.over_loader and not any(self.iterates_loader(loop) for loop in context.loops):
                 continue
             if self._retries_with_gradients(call):
                 continue
@@ -536,17 +564,6 @@ def _data_items(loop: cst.For) -> list[str]:
     ):
         target = target.elements[1].value
     return list(names_in(target))
-
-
-def iterates_loader(loop: Loop) -> bool:
-    """Whether `loop` draws batches from a loader or dataset (`for x, y in tqdm(train_loader)`)."""
-    if not isinstance(loop, cst.For):
-        return False
-    iterable = loop.iter
-    while isinstance(iterable, cst.Call) and last_name(iterable.func) in ITERATION_WRAPPERS and iterable.args:
-        iterable = iterable.args[0].value
-    name = last_name(iterable)
-    return name is not None and LOADER_NAME.fullmatch(name) is not None
 
 
 def _block_holding(root: cst.CSTNode, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
