@@ -20,7 +20,7 @@ from gradlint.analysis.facts.nograd import NoGradValues
 from gradlint.analysis.facts.origins import Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.shapes import Shapes
-from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, arguments_of
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.facts.tensors import TensorProofs
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.project.program import Callee, ModuleProgram
@@ -28,7 +28,7 @@ from gradlint.analysis.project.summaries import UPDATE, Effect
 from gradlint.analysis.syntax.collect import Collected, Context, GradMode, Loop, Scope, collect
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
 from gradlint.analysis.syntax.positions import ModulePositions, WrittenStatements
-from gradlint.analysis.syntax.refs import BUILTINS
+from gradlint.analysis.syntax.refs import BUILTINS, arguments_of
 from gradlint.analysis.syntax.tree import descendants
 from gradlint.analysis.training.accumulation import Accumulations
 from gradlint.analysis.training.copies import LeafCopies

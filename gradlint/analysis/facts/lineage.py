@@ -21,7 +21,7 @@ from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import EventIndex, Kind, arguments_of
+from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.facts.values import (
     DETACHING_METHODS,
     NON_GRAD_ATTRIBUTES,
@@ -30,6 +30,7 @@ from gradlint.analysis.facts.values import (
 )
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
+from gradlint.analysis.syntax.refs import arguments_of
 
 MAX_DEPTH = 6
 # Operations with no gradient, reported when they are applied to a value with history.

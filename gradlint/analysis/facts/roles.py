@@ -12,6 +12,7 @@ import libcst as cst
 
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, last_name
+from gradlint.analysis.syntax.refs import all_params, arguments_of
 from gradlint.analysis.syntax.tree import descendants
 from gradlint.frameworks import KNOWN_OPTIMIZERS
 
@@ -168,24 +169,52 @@ class Roles:
     def _record_statement(self, statement: cst.BaseSmallStatement) -> None:
         if isinstance(statement, cst.Assign):
             for target in statement.targets:
-                self._record_target(target.target, statement.value)
+                self._record_target(target.target, statement.value, statement)
         elif isinstance(statement, cst.AnnAssign):
             self._record_annotation(dotted_name(statement.target), statement.annotation)
             if statement.value is not None:
-                self._record_target(statement.target, statement.value)
+                self._record_target(statement.target, statement.value, statement)
 
-    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression, at: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             # Each name takes its own element; what a call returns as a whole (`optimizer, scheduler =
             # model.get_optimizer()`) says nothing of one element.
             sources = _elements(_unwrap_prepare(value))
             if sources and len(sources) == len(target.elements):
                 for element, source in zip(target.elements, sources, strict=True):
-                    self._record_target(element.value, source)
+                    self._record_target(element.value, source, at)
             return
         key = dotted_name(target)
         if key is not None:
-            self.values.setdefault(key, []).append(value)
+            self.values.setdefault(key, []).extend(self._constructor_arguments(value, at) or [value])
+
+    def _constructor_arguments(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What this module's constructions of a class pass for the `__init__` parameter that `value` names
+        (`self.denoiser = denoiser` in `Sampler.__init__`, `Sampler(UNet(...))`): the object the attribute holds.
+        Empty where the module never builds the class, or `value` is no parameter of a constructor."""
+        if not isinstance(value, cst.Name):
+            return []
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
+        if function is None or function.name.value != "__init__" or value.value not in all_params(function):
+            return []
+        owner = self.collected.owners.get(function)
+        if owner is None or owner.name.value in self.redefined:
+            return []
+        passed = (
+            arguments_of(function, call, constructor=True).get(value.value)
+            for call in self._constructions.get(owner.name.value, [])
+        )
+        return [argument for argument in passed if argument is not None]
+
+    @cached_property
+    def _constructions(self) -> dict[str, list[cst.Call]]:
+        """The calls of this module that build one of its classes (`Trainer(net, opt)`), by class name."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in self.collected.calls:
+            if isinstance(call.func, cst.Name) and call.func.value in self.classes:
+                found.setdefault(call.func.value, []).append(call)
+        return found
 
     def _record_annotation(self, key: str | None, annotation: cst.Annotation | None) -> None:
         if key is None or annotation is None:
@@ -198,7 +227,7 @@ class Roles:
         elements = _elements(loop.iter)
         if elements and isinstance(loop.target, (cst.Name, cst.Attribute)):
             for element in elements:
-                self._record_target(loop.target, element)
+                self._record_target(loop.target, element, loop)
 
     def role(self, node: cst.BaseExpression) -> Role | None:
         """The role of the object `node` evaluates to, or None when unknown."""
@@ -288,7 +317,10 @@ class Roles:
         if name.endswith("Loss") or (name in self.classes and self._inherits(name, ("Loss",))):
             return Role.LOSS_FN
         if name in self.classes:
-            return Role.MODEL if self._inherits(name, tuple(MODEL_BASES)) else None
+            if self._inherits(name, tuple(MODEL_BASES)):
+                return Role.MODEL
+            # A class of this module with no base (or only `object`) is no torch object, whatever it is called.
+            return Role.OTHER if name not in self.redefined and _plain_class(self.classes[name]) else None
         if _is_model_constructor(qualified, name):
             return Role.MODEL
         if self.project_bases is not None and local is not None and name[:1].isupper():
@@ -416,6 +448,17 @@ def _role_from_name(name: str) -> Role | None:
     if MODEL_NAME.fullmatch(name) and not COMPUTED_SUFFIX.fullmatch(name) and not ACTION_PREFIX.match(name):
         return Role.MODEL  # `model`, `netD`; not `encoder_out`, `model_path` or `save_model`
     return None
+
+
+def _plain_class(cls: cst.ClassDef) -> bool:
+    """A class that derives from nothing but `object`, nor takes a metaclass."""
+    return (
+        all(
+            isinstance(base.value, cst.Name) and base.value.value == "object" and base.keyword is None
+            for base in cls.bases
+        )
+        and not cls.keywords
+    )
 
 
 def constructor_of(value: cst.BaseExpression) -> cst.Call | None:

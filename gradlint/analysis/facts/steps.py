@@ -20,6 +20,7 @@ from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, is_true, last_name
+from gradlint.analysis.syntax.refs import arguments_of, call_positional_params
 from gradlint.analysis.syntax.tree import descendants
 
 MAX_INLINE_DEPTH = 4
@@ -721,50 +722,16 @@ def _spread_key(value: cst.BaseExpression) -> str | None:
     return f"{value.value.value}[{item}]" if isinstance(item, str) else None
 
 
-def _positional_params(helper: cst.FunctionDef, call: cst.Call) -> list[cst.Param]:
-    positional = list(helper.params.posonly_params) + list(helper.params.params)
-    if positional and positional[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
-        positional = positional[1:]
-    return positional
-
-
-def arguments_of(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
-    """The helper's parameters mapped to what `call` passes them (by position, then keyword).
-
-    A spread argument (`*args`, `**kwargs`) fills the parameters after the positional ones with its items:
-    `inner(model, *args)` gives inner's second parameter `args[0]`.
-    """
-    positional = _positional_params(helper, call)
-    given: dict[str, cst.BaseExpression] = {}
-    index = 0
-    for arg in call.args:
-        if arg.keyword is not None or arg.star == "**":
-            continue
-        if arg.star == "*":
-            for offset, param in enumerate(positional[index:]):
-                given.setdefault(param.name.value, _item(arg.value, cst.Integer(str(offset))))
-            break
-        if index < len(positional):
-            given[positional[index].name.value] = arg.value
-        index += 1
-    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
-    for arg in call.args:
-        if arg.star == "**":
-            for param in (*positional, *helper.params.kwonly_params):
-                given.setdefault(param.name.value, _item(arg.value, cst.SimpleString(f'"{param.name.value}"')))
-    return given
-
-
 def _spread_arguments(helper: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
     """What `call` passes to the helper's `*args` and `**kwargs`, as `args[0]`, `kwargs[opt]`, ..."""
     found: dict[str, cst.BaseExpression] = {}
     params = helper.params
     if isinstance(params.star_arg, cst.Param):
         extra = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        for index, value in enumerate(extra[len(_positional_params(helper, call)) :]):
+        for index, value in enumerate(extra[len(call_positional_params(helper, call)) :]):
             found[f"{params.star_arg.name.value}[{index}]"] = value
     if isinstance(params.star_kwarg, cst.Param):
-        named = {param.name.value for param in (*_positional_params(helper, call), *params.kwonly_params)}
+        named = {param.name.value for param in (*call_positional_params(helper, call), *params.kwonly_params)}
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value not in named:
                 found[f"{params.star_kwarg.name.value}[{arg.keyword.value}]"] = arg.value
@@ -786,10 +753,6 @@ def _applied(partial: cst.Call, call: cst.Call) -> cst.Call:
         return call  # Ex) a keyword before a spread in the partial: Python's own order rules
 
 
-def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
-    return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
-
-
 def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool | Given]:
     """Parameters of `helper` that are None or False at `call` (name -> whether the value is None), or a
     string or number literal (`Given`).
@@ -800,7 +763,7 @@ def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool |
     """
     if any(arg.star for arg in call.args):
         return {}  # *args or **kwargs: anything may be passed
-    positional = _positional_params(helper, call)
+    positional = call_positional_params(helper, call)
     given = arguments_of(helper, call)
     off: dict[str, bool | Given] = {}
     for param in [*positional, *helper.params.kwonly_params]:

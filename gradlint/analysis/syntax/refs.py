@@ -102,3 +102,47 @@ def all_params(function: cst.FunctionDef) -> frozenset[str]:
         if isinstance(star, cst.Param):
             names.append(star.name.value)
     return frozenset(names)
+
+
+def call_positional_params(helper: cst.FunctionDef, call: cst.Call, *, constructor: bool = False) -> list[cst.Param]:
+    """The parameters of `helper` that `call`'s positional arguments fill, in order: without `self` when the call
+    binds it (`obj.method(x)`, or `Cls(x)` running `__init__` when `constructor`)."""
+    positional = list(helper.params.posonly_params) + list(helper.params.params)
+    binds_self = constructor or isinstance(call.func, cst.Attribute)
+    if positional and positional[0].name.value in ("self", "cls") and binds_self:
+        positional = positional[1:]
+    return positional
+
+
+def arguments_of(
+    helper: cst.FunctionDef, call: cst.Call, *, constructor: bool = False
+) -> dict[str, cst.BaseExpression]:
+    """The helper's parameters mapped to what `call` passes them (by position, then keyword); `constructor`: the
+    call builds an instance of the class whose `__init__` `helper` is.
+
+    A spread argument (`*args`, `**kwargs`) fills the parameters after the positional ones with its items:
+    `inner(model, *args)` gives inner's second parameter `args[0]`.
+    """
+    positional = call_positional_params(helper, call, constructor=constructor)
+    given: dict[str, cst.BaseExpression] = {}
+    index = 0
+    for arg in call.args:
+        if arg.keyword is not None or arg.star == "**":
+            continue
+        if arg.star == "*":
+            for offset, param in enumerate(positional[index:]):
+                given.setdefault(param.name.value, _item(arg.value, cst.Integer(str(offset))))
+            break
+        if index < len(positional):
+            given[positional[index].name.value] = arg.value
+        index += 1
+    given.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+    for arg in call.args:
+        if arg.star == "**":
+            for param in (*positional, *helper.params.kwonly_params):
+                given.setdefault(param.name.value, _item(arg.value, cst.SimpleString(f'"{param.name.value}"')))
+    return given
+
+
+def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
+    return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])

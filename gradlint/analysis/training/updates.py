@@ -19,10 +19,11 @@ import libcst as cst
 from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.origins import OUTSIDE, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, arguments_of
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
 from gradlint.analysis.facts.values import DETACHING_METHODS
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
+from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import children
 
 MAX_DEPTH = 6
