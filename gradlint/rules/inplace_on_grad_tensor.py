@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradlint.analysis import Kind, TrainingStep
+from gradlint.analysis import Kind
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.mutations import InPlace
 from gradlint.rule import Rule
@@ -142,11 +142,7 @@ class InplaceOnGradTensor(Rule):
         # Only a module that builds an optimizer knows which model it updates: the others skip the steps.
         if not self.analysis.updates.builds_optimizers():
             return
-        for step in self.analysis.training_steps:
-            self._check_stale_weights(step)
-
-    def _check_stale_weights(self, step: TrainingStep) -> None:
-        for stale in self.analysis.updates.stale(step):
+        for stale in self.analysis.updates.stale_weights(self.analysis.training_steps):
             loss, stepped = self.analysis.code(stale.backward.value), self.analysis.code(stale.step.site)  # type: ignore[arg-type]
             named = (
                 f"`{stepped}` changes `{stale.model}`'s weights in place after `{loss}` was computed through them, "

@@ -159,6 +159,17 @@ class Project(Protocol):
     def parameterless(self, dotted: str, imports: ImportMap) -> bool: ...
 
 
+@dataclass(frozen=True)
+class SetByMethod:
+    """An attribute of `self` set by a method of the same object: the caller's statement and call, the method,
+    and the method's assignment."""
+
+    statement: cst.CSTNode
+    call: cst.Call
+    method: cst.FunctionDef
+    assignment: cst.Assign
+
+
 class EventIndex:
     """Classifies calls into events and gathers them per scope, loop and training step."""
 
@@ -297,6 +308,30 @@ class EventIndex:
         if not definitions or any(definition.binding is not Binding.ASSIGN for definition in definitions):
             return None
         return [definition.value for definition in definitions]
+
+    def set_by_method(self, key: str, at: cst.CSTNode) -> SetByMethod | None:
+        """Where `self.x`, which `at`'s scope does not assign on its way to `at`, was set last: by a method of the
+        same object that the scope calls before `at` and that assigns it in its body's straight line
+        (`self.compute_losses()` running `self.loss_G = criterion(...)`). None where nothing shows it."""
+        if not key.startswith("self.") or any(
+            d.binding is not Binding.OUTSIDE for d in self.origins.definitions(key, at)
+        ):
+            return None
+        context = self.collected.contexts.get(at)
+        if context is None or context.function is None:
+            return None
+        order = self.collected.order
+        found: SetByMethod | None = None
+        for call in self.collected.calls_in_scope(context.scope):
+            if order[call] >= order[at] or not isinstance(call.func, cst.Attribute):
+                continue
+            if dotted_name(call.func.value) != "self" or (found is not None and order[call] < order[found.call]):
+                continue
+            method = self.resolve_helper(call)
+            assigned = _straight_assignment(self.collected, method, key) if method is not None else None
+            if method is not None and assigned is not None:
+                found = SetByMethod(self.collected.statement_of[call], call, method, assigned)
+        return found
 
     def method_of(
         self, owner: cst.ClassDef, name: str, seen: frozenset[cst.ClassDef] = frozenset()
@@ -672,11 +707,19 @@ class EventIndex:
                 for inner in event.loops[event.loops.index(loop) + 1 :]
             ):
                 steps.append(TrainingStep(loop, self.context(loop).scope, loop_events[loop]))
-        for function in self.functions:
-            loose = tuple(event for event in all_events[function] if not event.loops and not event.repeats)
-            if function not in self.called and _backprops_and_steps(loose):
-                steps.append(TrainingStep(function, function, all_events[function]))
+        steps += [step for step in self.step_functions() if step.node not in self.called]
         steps.sort(key=lambda step: self.collected.order[step.node])
+        return steps
+
+    def step_functions(self) -> list[TrainingStep]:
+        """Functions whose own straight line (outside their loops) backpropagates and steps: one training step per
+        call, called from a loop of this module (`gan.optimize_parameters()`) or not."""
+        steps = []
+        for function in self.functions:
+            events = self.scope_events(function)
+            loose = tuple(event for event in events if not event.loops and not event.repeats)
+            if _backprops_and_steps(loose):
+                steps.append(TrainingStep(function, function, events))
         return steps
 
 
@@ -704,6 +747,21 @@ def rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst
     for name in rest:
         given = cst.Attribute(value=given, attr=cst.Name(name))
     return given
+
+
+def _straight_assignment(collected: Collected, function: cst.FunctionDef, key: str) -> cst.Assign | None:
+    """The last assignment of `key` in `function`'s straight line (under no `if` and in no loop)."""
+    found = None
+    for statement in collected.statements_in_scope(function):
+        context = collected.contexts[statement]
+        straight = not context.ifs and not context.loops
+        if (
+            straight
+            and isinstance(statement, cst.Assign)
+            and any(dotted_name(t.target) == key for t in statement.targets)
+        ):
+            found = statement
+    return found
 
 
 def _passable(value: cst.BaseExpression) -> bool:

@@ -107,6 +107,20 @@ class Updates:
                     models |= _parameter_owners(statement.value)
         return frozenset(models)
 
+    def stale_weights(self, steps: list[TrainingStep]) -> list[StaleWeights]:
+        """The stale weights of every training step, and of every function that backpropagates and steps in its own
+        straight line though a loop elsewhere runs it (a GAN class's `optimize_parameters()`, whose losses a method
+        of the same object computes): there the losses and the steps are named as the function names them."""
+        found: list[StaleWeights] = []
+        reported: set[cst.CSTNode] = set()
+        covered = {step.node for step in steps}
+        for step in [*steps, *(s for s in self.events.step_functions() if s.node not in covered)]:
+            for stale in self.stale(step):
+                if stale.backward.site not in reported:
+                    reported.add(stale.backward.site)
+                    found.append(stale)
+        return found
+
     def stale(self, step: TrainingStep) -> list[StaleWeights]:
         """Backwards of `step` whose loss was computed through a model an optimizer stepped since."""
         found = []
@@ -166,9 +180,12 @@ class Updates:
         if key is None:
             return []
         definitions = self.origins.definitions(key, at)
-        if not definitions or OUTSIDE in definitions:
+        if definitions == (OUTSIDE,) and (set_by := self.events.set_by_method(key, at)) is not None:
+            nodes = [set_by.statement]  # Ex) self.compute_losses() before self.loss_G.backward()
+        elif not definitions or OUTSIDE in definitions:
             return []
-        nodes = [definition.node for definition in definitions]
+        else:
+            nodes = [definition.node for definition in definitions]
         if not all(self._inside(node, step) for node in nodes):
             return []
         return nodes
@@ -206,7 +223,8 @@ class Updates:
                 else None
             )
             if helper is not None:
-                called |= self._helper_models(call, helper, index if call is _assigned(statement) else None, depth)
+                index_here = index if call is _assigned(statement) else None
+                called |= self._helper_models(call, helper, index_here, depth, key)
                 continue
             callee = forward_receiver(call.func)
             name = dotted_name(callee)
@@ -221,15 +239,15 @@ class Updates:
                     called |= self._models_called(definition.node, within, depth + 1, seen, read)
         return called
 
-    def _helper_models(self, call: cst.Call, helper: cst.FunctionDef, index: int | None, depth: int) -> set[str]:
+    def _helper_models(
+        self, call: cst.Call, helper: cst.FunctionDef, index: int | None, depth: int, key: str | None = None
+    ) -> set[str]:
         """The models a same-module helper calls to compute what it returns (element `index` of a returned tuple),
-        named as the caller names them: a parameter stands for its argument at `call`."""
+        or the attribute `key` of `self` it sets (`self.loss_G = ...` in `self.compute_losses()`), named as the
+        caller names them: a parameter stands for its argument at `call`."""
         arguments = {param: name for param, given in arguments_of(helper, call).items() if (name := dotted_name(given))}
         called: set[str] = set()
-        for statement in self.collected.statements_in_scope(helper):
-            if not isinstance(statement, cst.Return) or statement.value is None:
-                continue
-            returned: cst.CSTNode = statement.value
+        for statement, returned in self._results(helper, key):
             if index is not None and isinstance(returned, cst.Tuple):
                 if index >= len(returned.elements):
                     continue
@@ -250,6 +268,20 @@ class Updates:
                 elif head == "self":
                     called.add(_on(receiver, name) if receiver is not None else name)
         return called
+
+    def _results(self, helper: cst.FunctionDef, key: str | None) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+        """(statement, value) for what a helper hands back: its assignments of `key` when `key` is an attribute of
+        `self` it sets, else its returns."""
+        statements = self.collected.statements_in_scope(helper)
+        if key is not None and key.startswith("self."):
+            sets = [
+                (statement, statement.value)
+                for statement in statements
+                if isinstance(statement, cst.Assign) and any(dotted_name(t.target) == key for t in statement.targets)
+            ]
+            if sets:
+                return list(sets)
+        return [(s, s.value) for s in statements if isinstance(s, cst.Return) and s.value is not None]
 
 
 def _on(owner: str, name: str) -> str:
