@@ -343,10 +343,10 @@ class ModuleAnalysis:
         """The statement a call belongs to."""
         return self.collected.statement_of[call]
 
-    def statements_in(self, region: Loop | cst.FunctionDef) -> list[cst.BaseSmallStatement]:
-        """The simple statements of a loop's body or a function's own body, in order."""
+    def statements_in(self, region: Loop | Scope) -> list[cst.BaseSmallStatement]:
+        """The simple statements of a loop's body, or a function's or the module's own body, in order."""
         if region not in self._statements_in:
-            if isinstance(region, cst.FunctionDef):
+            if isinstance(region, (cst.FunctionDef, cst.Module)):
                 found = self.collected.statements_in_scope(region)
             else:
                 found = self.collected.statements_in_loop(region)
@@ -391,7 +391,7 @@ class ModuleAnalysis:
                 return call
         return None
 
-    def rebinds(self, region: Loop | cst.FunctionDef, key: str, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
+    def rebinds(self, region: Loop | Scope, key: str, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
         """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`).
 
         The assignment may unpack (`losses, accs = [], []`) or be annotated (`losses: list[Tensor] = []`).
@@ -428,6 +428,39 @@ class ModuleAnalysis:
                 if not any(name == key or name.startswith(key + ".") for name in read):
                     return True
         return False
+
+    def grown_per_forward(self, function: cst.FunctionDef, key: str) -> bool:
+        """Whether `key`, an attribute of `self` that `function` adds to, outlives every call: `function` is the
+        `forward` of a class proven an nn.Module, which runs once per step of whoever trains it, and nothing in
+        view gives the attribute a fresh start, neither the forward itself, nor another method of the class
+        (its constructor aside), nor code of this module on another receiver (`model.saved.clear()`)."""
+        owner = self.collected.owners.get(function)
+        if function.name.value != "forward" or owner is None or not self.roles.is_model_class(owner):
+            return False
+        if not key.startswith("self.") or self.rebinds(function, key):
+            return False
+        attribute = key[len("self.") :]
+        for other in self.collected.functions:
+            same_class = self.collected.owners.get(other) is owner
+            if other is function or (same_class and other.name.value == "__init__"):
+                continue
+            # Another class's `self.features` is another object's; any other receiver may be this one.
+            receivers = {k for k in self._receivers_of(other, attribute) if same_class or not k.startswith("self.")}
+            if any(self.rebinds(other, k) for k in receivers):
+                return False
+        module = self.collected.module
+        return not any(self.rebinds(module, k) for k in self._receivers_of(module, attribute))
+
+    def _receivers_of(self, scope: Scope, attribute: str) -> set[str]:
+        """The dotted names in `scope` that end in `.attribute` (`self.saved`, `model.saved`)."""
+        found = set()
+        for statement in self.collected.statements_in_scope(scope):
+            for node in descendants(statement):
+                if isinstance(node, cst.Attribute) and node.attr.value == attribute:
+                    dotted = dotted_name(node)
+                    if dotted is not None:
+                        found.add(dotted)
+        return found
 
     def _rebinds_through_method(
         self, statement: cst.BaseSmallStatement, key: str, seen: frozenset[cst.FunctionDef]

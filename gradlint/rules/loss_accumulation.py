@@ -51,11 +51,20 @@ class LossAccumulation(Rule):
     pair (`_, predicted = torch.max(logits, 1)`, `logits.sort(dim=1)`): integers, with
     no graph.
 
+    A module's `forward` runs once in every training step of whoever trains it: what it adds
+    to an attribute of the module (`self.features.append(h)`, `self.total += h.sum()`) keeps
+    each step's graph unless something gives the attribute a fresh start. A reset in the
+    forward itself, in another method of the class (`def reset(self): self.features = []`)
+    or in code of the same module (`model.features.clear()`) counts; a value detached
+    first (`h.detach()`) keeps no graph.
+
     Known problems
     An object whose class cannot be proven (a parameter without an annotation) is not
     followed into its methods. A value returned by a function of another module carries
     a graph only where that function's summary shows it. An index store inside a tuple
-    target (`history[i], cost = step()`) is not followed.
+    target (`history[i], cost = step()`) is not followed. A module attribute that only code
+    in another module resets (`model.features.clear()` in the project's trainer) is taken
+    to grow.
 
     Fix safety
     Safe, and offered only on proof. `.detach()` is appended only to a value the source
@@ -74,7 +83,8 @@ class LossAccumulation(Rule):
     name = "loss-accumulation"
     message = "a tensor with autograd history is accumulated across iterations, keeping every step's graph alive"
     quiet_in_tests = True
-    requires = ((b"backward", b"training_step"),)  # Lightning backpropagates what training_step returns
+    # Lightning backpropagates what training_step returns; a module's forward runs in every training step.
+    requires = ((b"backward", b"training_step", b"def forward"),)
     example = """
         total_loss = 0
         for x, y in loader:
@@ -182,7 +192,8 @@ class LossAccumulation(Rule):
         )
         if region is None:
             # A training-step method storing on `self` keeps graphs across its calls; so does
-            # a Lightning `training_step` (`self.outputs.append(loss)`), which Lightning runs per batch.
+            # a Lightning `training_step` (`self.outputs.append(loss)`), which Lightning runs per batch,
+            # and a module's `forward` adding to an attribute nothing resets (`self.features.append(h)`).
             function = context.function
             if (
                 function is None
@@ -190,6 +201,7 @@ class LossAccumulation(Rule):
                 or not (
                     _backpropagates(analysis.events.region_events(function))
                     or function in backpropagated_returns(analysis.collected)
+                    or analysis.grown_per_forward(function, key)
                 )
             ):
                 return
