@@ -38,11 +38,13 @@ class AccumulationNotScaled(Rule):
 
     Recognised accumulation: a step under `if (i + 1) % k == 0:` (or a flag bound from
     such a test, `if not accumulating:` with `accumulating = (i + 1) % k != 0`, or a
-    counter compared with k) while the backward runs on every
-    iteration, and an inner micro-batch loop (`for micro_step in range(accum_steps):`,
-    `for chunk in batch.chunk(k):`, or a `while` loop that counts its micro-batches up
-    to k: `while n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with
-    the step after it, also when the loop is in a helper and the step in its caller.
+    counter compared with k, or a helper's parameter its caller passes such a test,
+    `train_step(batch, apply_gradient=(i + 1) % k == 0)` stepping under `if
+    apply_gradient:`) while the backward runs on every iteration, and an inner
+    micro-batch loop (`for micro_step in range(accum_steps):`, `for chunk in
+    batch.chunk(k):`, or a `while` loop that counts its micro-batches up to k: `while
+    n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with the step after
+    it, also when the loop is in a helper and the step in its caller.
 
     Not reported: a loss divided by any constant (`loss / accum_steps`, `loss /
     len(micro_batches)`, `loss / total_tokens` counted before the loop, `loss * (1 / k)`,

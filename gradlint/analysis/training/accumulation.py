@@ -3,7 +3,9 @@
 Two shapes are recognised. A step guarded by an accumulation condition (`if (i + 1) %
 accum == 0:`, `if is_grad_step:` bound from one, `if not accumulating:` bound from `(i + 1) %
 accum != 0`, `if n_accum >= accum_steps:` with a
-counter that the loop increments) while the backward runs on every iteration; and an
+counter that the loop increments, a helper's flag its caller passes one of these:
+`train_step(batch, apply_gradient=(i + 1) % accum == 0)`) while the backward runs on every
+iteration; and an
 inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
 chunk in batch.chunk(k):`, `while n_accum < k:`, a `while True:` that breaks once a growing
 accumulation count reaches its bound) that backpropagates, with the step after it. For each, the
@@ -22,10 +24,11 @@ import libcst as cst
 
 from gradlint.analysis.facts.frameworks import hook_methods, sets_flag
 from gradlint.analysis.facts.leaves import parameter_names
-from gradlint.analysis.facts.origins import Binding, Origins
+from gradlint.analysis.facts.origins import OUTSIDE, Binding, Origins
 from gradlint.analysis.facts.steps import Event, EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import descendants
 
 MAX_DEPTH = 4
@@ -98,7 +101,7 @@ class Accumulations:
 
     def _guarded(self, events: tuple[Event, ...], step: Event) -> Iterator[Accumulation]:
         for guard in step.ifs:
-            factor = self._accumulation_test(guard, step.loops)
+            factor = self._accumulation_test(guard, step.loops, step.site)
             if factor is None or not isinstance(guard, cst.If):
                 continue
             loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
@@ -124,26 +127,39 @@ class Accumulations:
         return [event for event in backwards if not event.no_grad]
 
     def _accumulation_guards(self, event: Event) -> bool:
-        return any(self._accumulation_test(guard, event.loops) is not None for guard in event.ifs)
+        return any(self._accumulation_test(guard, event.loops, event.site) is not None for guard in event.ifs)
 
-    def _accumulation_test(self, guard: cst.CSTNode, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
-        """k, when the `if` `guard` holds once every k iterations of `loops`."""
-        return self._holds_every_k(guard.test, guard, loops, 0) if isinstance(guard, cst.If) else None
+    def _accumulation_test(
+        self, guard: cst.CSTNode, loops: tuple[Loop, ...], site: cst.CSTNode | None = None
+    ) -> cst.BaseExpression | None:
+        """k, when the `if` `guard` holds once every k iterations of `loops`; `site`: where the event under it
+        happens in the scope analysed (the call of the helper `guard` is in, when it comes from one)."""
+        if not isinstance(guard, cst.If):
+            return None
+        return self._holds_every_k(guard.test, guard, loops, 0, site=site)
 
     def _holds_every_k(
-        self, test: cst.BaseExpression, guard: cst.If, loops: tuple[Loop, ...], depth: int, negated: bool = False
+        self,
+        test: cst.BaseExpression,
+        at: cst.CSTNode,
+        loops: tuple[Loop, ...],
+        depth: int,
+        negated: bool = False,
+        site: cst.CSTNode | None = None,
     ) -> cst.BaseExpression | None:
-        """k, when `test` (or its negation) holds once every k iterations."""
+        """k, when `test` (or its negation), read at the statement `at`, holds once every k iterations. A
+        parameter of a helper is read as its call `site` passes it: `train_step(batch, apply_gradient=(i + 1) %
+        k == 0)` steps once every k iterations under `if apply_gradient:`."""
         if depth > MAX_DEPTH:
             return None
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             # Ex) is_accumulating = (i + 1) % k != 0 ... if not is_accumulating: step
-            return self._holds_every_k(test.expression, guard, loops, depth + 1, not negated)
+            return self._holds_every_k(test.expression, at, loops, depth + 1, not negated, site)
         if isinstance(test, cst.BooleanOperation):
             if negated:
                 return None
-            return self._holds_every_k(test.left, guard, loops, depth + 1) or self._holds_every_k(
-                test.right, guard, loops, depth + 1
+            return self._holds_every_k(test.left, at, loops, depth + 1, site=site) or self._holds_every_k(
+                test.right, at, loops, depth + 1, site=site
             )
         if isinstance(test, cst.Comparison):
             if negated:  # `not (i % k != 0)` holds once every k; `not (i % k == 0)` holds all but once
@@ -153,12 +169,25 @@ class Accumulations:
         key = dotted_name(test)
         if key is None:
             return None
-        for definition in self.origins.definitions(key, guard):  # Ex) is_grad_step = (i + 1) % k == 0
+        definitions = self.origins.definitions(key, at)
+        for definition in definitions:  # Ex) is_grad_step = (i + 1) % k == 0
             if definition.binding is Binding.ASSIGN:
-                found = self._holds_every_k(definition.value, guard, loops, depth + 1, negated)
+                found = self._holds_every_k(definition.value, at, loops, depth + 1, negated, site)
                 if found is not None:
                     return found
+        passed = self._passed(key, at, site) if definitions == (OUTSIDE,) else None
+        if passed is not None and isinstance(site, cst.Call):
+            caller = self.collected.statement_of.get(site, site)
+            return self._holds_every_k(passed, caller, loops, depth + 1, negated)
         return None
+
+    def _passed(self, key: str, at: cst.CSTNode, site: cst.CSTNode | None) -> cst.BaseExpression | None:
+        """What the helper call `site` passes for `key`, a parameter of the helper that `at` sits in."""
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
+        if function is None or not isinstance(site, cst.Call) or self.events.resolve_helper(site) is not function:
+            return None
+        return arguments_of(function, site).get(key)
 
     def _counter_bound(self, test: cst.Comparison, loops: tuple[Loop, ...]) -> cst.BaseExpression | None:
         # Ex) if accum_n_steps >= accum_grad_n_steps:  (accum_n_steps += 1 in the loop)
