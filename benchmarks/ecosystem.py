@@ -156,7 +156,7 @@ def checkout(name: str, url: str, commit: str, sources: Path | None) -> Path:
 
 def lint_tree(name: str, version: str, root: Path) -> ProjectResult:
     """Lint one project's source with the default configuration."""
-    files = sorted(root.rglob("*.py"))
+    files = sorted(path for path in root.rglob("*.py") if path.is_file())
     lines = sum(len(path.read_bytes().splitlines()) for path in files)
     diagnostics = sorted(lint_paths([root], Config(root=root)))
     return ProjectResult(name, version, root, len(files), lines, diagnostics)
