@@ -73,9 +73,10 @@ def test_the_command_line_runs_preview_rules_with_preview(tmp_path: Path, monkey
     listed = CliRunner().invoke(main, ["rules"]).output
     assert "GL003  update-outside-no-grad       (preview) Checks for" in listed
     assert "GL010  int-requires-grad            Checks for" in listed
-    assert "GL009  eval-without-no-grad         (preview) Checks for" in listed  # back: its latest draw was poor
+    assert "GL009  eval-without-no-grad         Checks for" in listed  # on again: its latest draw was good
+    assert "GL016  eval-mode-not-restored       (preview) Checks for" in listed
     assert "GL007  clip-order                   Checks for" in listed
-    stated = "Right 9 of 21 times on fresh code in the latest 2 draws"
+    stated = "Right 22 of 25 times on fresh code in the latest draw"
     assert stated in CliRunner().invoke(main, ["rule", "GL009"]).output
 
 
@@ -96,7 +97,7 @@ def test_a_rule_is_judged_by_its_newest_draws_of_at_least_five_findings() -> Non
         assert counted + earlier == total(code)
         assert counted.findings >= SAMPLE or draws == len(DRAWS)
         assert in_preview(code) == (counted.right * 5 < counted.findings * 4)
-    assert newest("GL009") == (Measured(21, 9), 2) and in_preview("GL009")  # draw 4's 33 of 35 no longer counts
-    assert newest("GL016") == (Measured(5, 3), 3) and in_preview("GL016")  # too few findings reach back two draws
-    assert newest("GL007") == (Measured(6, 6), 2) and not in_preview("GL007")
+    assert newest("GL009") == (Measured(25, 22), 1) and not in_preview("GL009")  # draw 5's 8 of 18 no longer counts
+    assert newest("GL016") == (Measured(6, 1), 3) and in_preview("GL016")  # too few findings reach back two draws
+    assert newest("GL007") == (Measured(9, 9), 3) and not in_preview("GL007")
     assert not in_preview("GL010")  # never fired on fresh code: not measured, on by default
