@@ -21,8 +21,10 @@ from gradlint.analysis.syntax.names import last_name
 ACCESSOR = re.compile(r"_*(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
 
 
-def constructs(call: cst.Call) -> bool:
-    """True for `Net()`, `nn.Linear(4, 2)`, `Net().to(device)`: a class called, maybe moved."""
+def constructs(call: cst.Call, roles: Roles) -> bool:
+    """True for `Net()`, `nn.Linear(4, 2)`, `Net().to(device)`: a class called, maybe moved. A capital
+    letter only breaks the tie: a callee proven to hold a module (`self.G = Generator()`, then `self.G(z)`)
+    is run, not built."""
     base: cst.BaseExpression = call
     while (
         isinstance(base, cst.Call)
@@ -30,8 +32,10 @@ def constructs(call: cst.Call) -> bool:
         and base.func.attr.value in MODULE_PASSTHROUGH
     ):
         base = base.func.value
-    name = last_name(base.func) if isinstance(base, cst.Call) else None
-    return name is not None and name[:1].isupper()
+    if not isinstance(base, cst.Call):
+        return False
+    name = last_name(base.func)
+    return name is not None and name[:1].isupper() and roles.proven_role(base.func) is not Role.MODEL
 
 
 def fetches_module(call: cst.Call) -> bool:
@@ -50,7 +54,7 @@ class ForwardCalls:
 
     def is_forward(self, call: cst.Call) -> bool:
         """True for `model(x)`, `self.encoder(x)`, `model.forward(x)`, `self(x)` in a module class."""
-        if constructs(call) or fetches_module(call):
+        if constructs(call, self.roles) or fetches_module(call):
             return False
         if call in self.collected.contexts and (
             self.events.resolve_helper(call) is not None or self.events.runs_project_function(call)

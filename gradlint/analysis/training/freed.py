@@ -453,7 +453,11 @@ class _Walker:
         # an operation that keeps history (an unknown layer: `self.model.head(features)`).
         read = self._read_nodes(value, state)
         flags = self.unbound | {key: bool(nodes) for key, nodes in state.env.items()}
-        calls = [item for item in self.graphs.graph_reads(value) if isinstance(item, cst.Call) and not constructs(item)]
+        calls = [
+            item
+            for item in self.graphs.graph_reads(value)
+            if isinstance(item, cst.Call) and not constructs(item, self.graphs.events.roles)
+        ]
         if not read and not any(self.graphs.values.evaluate(call, flags, self.scope) for call in calls):
             return frozenset()
         return read | self._fresh()
