@@ -40,7 +40,8 @@ class AccumulationNotScaled(Rule):
     such a test, `if not accumulating:` with `accumulating = (i + 1) % k != 0`, or a
     counter compared with k, or a helper's parameter its caller passes such a test,
     `train_step(batch, apply_gradient=(i + 1) % k == 0)` stepping under `if
-    apply_gradient:`) while the backward runs on every iteration, and an inner
+    apply_gradient:`; or a step that such a test skips, `if accumulating: continue`
+    before it) while the backward runs on every iteration, and an inner
     micro-batch loop (`for micro_step in range(accum_steps):`, `for chunk in
     batch.chunk(k):`, or a `while` loop that counts its micro-batches up to k: `while
     n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with the step after

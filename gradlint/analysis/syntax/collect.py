@@ -49,6 +49,9 @@ class Context:
     grad_mode: GradMode = GradMode.ENABLED
     class_body: bool = False  # directly in a class body, where a def is a method
     profiled: bool = False  # inside `with torch.profiler.profile(...)` or `record_function(...)`
+    # The `if` statements before this node in its loop's body that `continue` (`if accumulating: continue`):
+    # it runs only in the iterations where each of their tests fails.
+    skips: tuple[cst.If, ...] = ()
 
     @property
     def no_grad(self) -> bool:
@@ -377,6 +380,9 @@ class Collector:
                             # the line just walked was `torch.set_grad_enabled(...)`: what follows it in the block
                             self.context = replace(self.context, grad_mode=self.switched)
                             self.switched = None
+                        elif type(item) is cst.If and self.context.loops and _continues(item):
+                            # `if accumulating: continue`: what follows it in the block runs when the test fails
+                            self.context = replace(self.context, skips=(*self.context.skips, item))
             elif is_node(kind):
                 if name in traits.scoped_fields:
                     self.context = _field_context(self, node)
@@ -477,6 +483,16 @@ class Collector:
         if isinstance(scope, cst.FunctionDef) and function.name.value in self._callbacks(scope):
             mode = GradMode.UNKNOWN  # a callback: it runs where the code it is handed to runs it
         self.context = Context(scope=function, class_def=self.context.class_def, grad_mode=mode)
+
+
+def _continues(statement: cst.If) -> bool:
+    """True for an `if` with no `else` whose body ends by going on to the loop's next iteration."""
+    if statement.orelse is not None:
+        return False
+    body = statement.body
+    last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else body
+    small = last.body if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+    return bool(small) and isinstance(small[-1], cst.Continue)
 
 
 def _handed_on(scope: cst.FunctionDef) -> frozenset[str]:

@@ -4,7 +4,8 @@ Two shapes are recognised. A step guarded by an accumulation condition (`if (i +
 accum == 0:`, `if is_grad_step:` bound from one, `if not accumulating:` bound from `(i + 1) %
 accum != 0`, `if n_accum >= accum_steps:` with a
 counter that the loop increments, a helper's flag its caller passes one of these:
-`train_step(batch, apply_gradient=(i + 1) % accum == 0)`) while the backward runs on every
+`train_step(batch, apply_gradient=(i + 1) % accum == 0)`; or one these skip, `if accumulating:
+continue` before the step) while the backward runs on every
 iteration; and an
 inner micro-batch loop (`for micro_step in range(gradient_accumulation_steps):`, `for
 chunk in batch.chunk(k):`, `while n_accum < k:`, a `while True:` that breaks once a growing
@@ -100,16 +101,19 @@ class Accumulations:
     # -- shape 1: a step under an accumulation condition ------------------------------------
 
     def _guarded(self, events: tuple[Event, ...], step: Event) -> Iterator[Accumulation]:
-        for guard in step.ifs:
-            factor = self._accumulation_test(guard, step.loops, step.site)
-            if factor is None or not isinstance(guard, cst.If):
+        for guard, skipped in self._guards(step):
+            factor = self._holds_every_k(guard.test, guard, step.loops, 0, skipped, step.site)
+            if factor is None:
                 continue
-            loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
+            if skipped:  # the loop the `continue` goes on with
+                loop: Loop | None = self.collected.contexts[guard].loops[-1]
+            else:
+                loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
             if loop is None and not isinstance(self.collected.contexts[guard].scope, cst.FunctionDef):
                 return
             # No loop: a function run once per batch by its caller (Lightning's `training_step(batch, batch_idx)`).
             inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
-            if any(e.kind is Kind.CLEAR and guard not in e.ifs for e in inside):
+            if any(e.kind is Kind.CLEAR and not self._decides(guard, e) for e in inside):
                 return  # a clear on every micro-batch: GL002 owns it
             if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
                 return  # something steps every iteration: not accumulation
@@ -118,25 +122,33 @@ class Accumulations:
                 yield Accumulation(backward, step, factor, loop=loop)
             return
 
+    def _guards(self, event: Event) -> Iterator[tuple[cst.If, bool]]:
+        """The `if` statements that decide whether `event` runs, each with whether it runs when the test fails:
+        those around it, and those before it in its loop's body that `continue` (`if accumulating: continue`)."""
+        for guard in event.ifs:
+            if isinstance(guard, cst.If):
+                yield guard, False
+        for node in (event.site,) if event.node is event.site else (event.site, event.node):  # a helper's too
+            context = self.collected.contexts.get(node)
+            for guard in context.skips if context is not None else ():
+                yield guard, True
+
+    def _decides(self, guard: cst.If, event: Event) -> bool:
+        return any(decider is guard for decider, _skipped in self._guards(event))
+
     def _accumulated(self, guard: cst.If, backwards: list[Event]) -> list[Event]:
         """The backwards that run on every iteration, whichever way `guard` goes."""
-        guarded = [event for event in backwards if guard in event.ifs]
+        guarded = [event for event in backwards if self._decides(guard, event)]
         branches = {self.collected.in_body(guard, event.node) for event in guarded}
         if guarded and len(branches) < 2:
             return []  # Ex) GAN: the generator's own backward and step, every n_critic batches
         return [event for event in backwards if not event.no_grad]
 
     def _accumulation_guards(self, event: Event) -> bool:
-        return any(self._accumulation_test(guard, event.loops, event.site) is not None for guard in event.ifs)
-
-    def _accumulation_test(
-        self, guard: cst.CSTNode, loops: tuple[Loop, ...], site: cst.CSTNode | None = None
-    ) -> cst.BaseExpression | None:
-        """k, when the `if` `guard` holds once every k iterations of `loops`; `site`: where the event under it
-        happens in the scope analysed (the call of the helper `guard` is in, when it comes from one)."""
-        if not isinstance(guard, cst.If):
-            return None
-        return self._holds_every_k(guard.test, guard, loops, 0, site=site)
+        return any(
+            self._holds_every_k(guard.test, guard, event.loops, 0, skipped, event.site) is not None
+            for guard, skipped in self._guards(event)
+        )
 
     def _holds_every_k(
         self,
