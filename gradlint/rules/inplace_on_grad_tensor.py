@@ -21,8 +21,10 @@ class InplaceOnGradTensor(Rule):
     Why is this bad?
     Two kinds of tensor must not change in place while autograd records:
 
-    - A leaf that requires grad (an `nn.Parameter`, a tensor made with
-      `requires_grad=True`): `x.add_(1)`, `x += 1`, `x[0] = 5`, `x.zero_()` raise
+    - A leaf that requires grad (an `nn.Parameter`, a layer's own `weight` or `bias`,
+      also reached through `self.conv` or each layer of an `nn.ModuleList` built in view,
+      a tensor made with `requires_grad=True`), or a view of one (`conv.bias.view(3,
+      -1)`): `x.add_(1)`, `x += 1`, `x[0] = 5`, `x.zero_()` raise
       `RuntimeError: a leaf Variable that requires grad is being used in an in-place
       operation.`
     - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`

@@ -104,7 +104,9 @@ class Leaves:
         if module_bindings and scope is not self.collected.module:
             return self._resolve(module_bindings[-1][1])
         if key.startswith("self.") and isinstance(scope, cst.FunctionDef):
-            return self._held_by_attribute_of_self(key, scope)
+            held = self._held_by_attribute_of_self(key, scope)
+            if held is not Held.OTHER:
+                return held  # else it may still be a layer's own parameter: self.conv.bias
         if isinstance(expression, cst.Attribute) and expression.attr.value in MODULE_PARAMETER_NAMES:
             owner: cst.BaseExpression = expression.value
             while isinstance(owner, cst.Attribute) and self.roles.role(owner) is not Role.MODEL:

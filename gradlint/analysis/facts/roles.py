@@ -224,10 +224,37 @@ class Roles:
             self.annotations[key] = ANNOTATION_ROLES[name]
 
     def _record_for(self, loop: cst.For) -> None:
-        elements = _elements(loop.iter)
-        if elements and isinstance(loop.target, (cst.Name, cst.Attribute)):
-            for element in elements:
-                self._record_target(loop.target, element, loop)
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(loop.target, loop.iter)]
+        if isinstance(loop.target, (cst.Tuple, cst.List)) and isinstance(loop.iter, cst.Call):
+            # Ex) for head, stride in zip(self.heads, strides); for i, head in enumerate(self.heads)
+            targets: list[cst.BaseExpression] = [element.value for element in loop.target.elements]
+            iterables = [arg.value for arg in loop.iter.args if not arg.star and arg.keyword is None]
+            if last_name(loop.iter.func) == "zip":
+                pairs = list(zip(targets, iterables, strict=False))
+            elif last_name(loop.iter.func) == "enumerate" and len(targets) == 2 and iterables:
+                pairs = [(targets[1], iterables[0])]
+        for target, iterable in pairs:
+            elements = _elements(iterable) or self._container_items(iterable)
+            if elements and isinstance(target, (cst.Name, cst.Attribute)):
+                for element in elements:
+                    self._record_target(target, element, loop)
+
+    def _container_items(self, iterable: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """What iterating a torch module container yields, where the module shows how it was built:
+        `self.heads = nn.ModuleList(nn.Conv2d(c, 24, 1) for c in channels)`, then `for head in self.heads`."""
+        key = dotted_name(iterable)
+        items: list[cst.BaseExpression] = []
+        for value in self.values.get(key, []) if key is not None else []:
+            if not isinstance(value, cst.Call):
+                continue
+            container = self.imports.resolve(value.func) or ""
+            given = [arg.value for arg in value.args if not arg.star and arg.keyword is None]
+            if container == "torch.nn.ModuleList" and len(given) == 1:
+                listed = given[0]
+                items += [listed.elt] if isinstance(listed, (cst.ListComp, cst.GeneratorExp)) else _elements(listed)
+            elif container == "torch.nn.Sequential":
+                items += given
+        return items
 
     def role(self, node: cst.BaseExpression) -> Role | None:
         """The role of the object `node` evaluates to, or None when unknown."""

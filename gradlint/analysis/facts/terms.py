@@ -241,6 +241,8 @@ class LossTerms:
     def _had_history(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Whether `value` carried autograd history: known to, or may and is named as a loss."""
         lineage: Lineage = self.lineages.of(value, at)
+        if lineage.grad and not lineage.live and not lineage.cuts:
+            return False  # made a number where it was kept (`norms.append(x.norm().item())`): nothing left to cut
         if lineage.grad or lineage.known_live:
             return True
         if "loss" not in " ".join(names_in(value)).lower():
