@@ -498,9 +498,11 @@ class ModuleAnalysis:
         while changed:
             changed = False
             for statement in assignments:
-                targets = {dotted_name(target.target) for target in statement.targets}
+                targets = {dotted_name(target.target) for target in statement.targets} - {None}
                 read = set(names_in(statement.value)) | _taken_from(statement.value)
-                if targets & names and not read <= names:
+                # `logits = disc(fake)` reaches a backward that reads `logits.mean`, a method of what it binds
+                reaches = any(name == target or name.startswith(f"{target}.") for target in targets for name in names)
+                if reaches and not read <= names:
                     names.update(read)
                     changed = True
         return names
