@@ -494,16 +494,17 @@ class ModuleAnalysis:
                     if name in given:
                         names.update({*names_in(given[name]), *_taken_from(given[name])})
         assignments = [s for s in self.statements_in(region) if isinstance(s, cst.Assign)]
+        # `logits = disc(fake)` reaches a backward that reads `logits.mean`, a method of what it binds
+        heads = {head for name in names for head in _heads(name)}
         changed = True
         while changed:
             changed = False
             for statement in assignments:
-                targets = {dotted_name(target.target) for target in statement.targets} - {None}
+                targets = {dotted_name(target.target) for target in statement.targets}
                 read = set(names_in(statement.value)) | _taken_from(statement.value)
-                # `logits = disc(fake)` reaches a backward that reads `logits.mean`, a method of what it binds
-                reaches = any(name == target or name.startswith(f"{target}.") for target in targets for name in names)
-                if reaches and not read <= names:
+                if targets & heads and not read <= names:
                     names.update(read)
+                    heads.update(head for name in read for head in _heads(name))
                     changed = True
         return names
 
@@ -553,6 +554,12 @@ def _object_key(argument: cst.BaseExpression) -> str | None:
     if isinstance(argument, cst.Attribute) and argument.attr.value == "param_groups":
         return dotted_name(argument.value)
     return dotted_name(argument)
+
+
+def _heads(name: str) -> list[str]:
+    """`a`, `a.b` and `a.b.c` for `a.b.c`: the names whose value a read of `name` reads."""
+    parts = name.split(".")
+    return [".".join(parts[: index + 1]) for index in range(len(parts))]
 
 
 def _taken_from(value: cst.BaseExpression) -> set[str]:
