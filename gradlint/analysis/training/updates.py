@@ -11,7 +11,7 @@ this module or another (the events of the training step carry it either way).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import libcst as cst
@@ -159,10 +159,7 @@ class Updates:
         """The assignments inside `step`, before `moment`, of the names the statement `node` reads."""
         order = self.collected.order
         found: list[tuple[cst.CSTNode, str]] = []
-        for name in _names_in(node):
-            read = dotted_name(name)
-            if read is None:
-                continue
+        for read in self._calls_and_reads(node, node, 0, None)[1]:
             for definition in self.origins.definitions(read, node):
                 if (
                     definition is not OUTSIDE
@@ -214,8 +211,23 @@ class Updates:
         seen.add((statement, key))
         if value is None:
             value = statement
+        called, reads = self._calls_and_reads(statement, value, depth, key)
+        for read in reads:
+            for definition in self.origins.definitions(read, statement):
+                if definition is not OUTSIDE and within(definition.node):
+                    called |= self._models_called(definition.node, within, depth + 1, seen, read)
+        return called
+
+    def _calls_and_reads(
+        self, statement: cst.CSTNode, value: cst.CSTNode, depth: int, key: str | None
+    ) -> tuple[set[str], list[str]]:
+        """The models `value` (part of `statement`) calls, and the names it computes through. A helper's arguments
+        count as far as what it hands back reads them: `_temperature_objective(log_pi, data)` returning a loss
+        built on `log_pi.detach()` computes through nothing that made `log_pi`."""
         index = unpacked_index(statement, key) if key is not None else None
-        called = set()
+        called: set[str] = set()
+        through: set[str] = set()  # what the helpers' results are computed through, named as the caller names it
+        handed: set[int] = set()
         for call in _calls_in(value):
             helper = (
                 self.events.resolve_helper(call) or self.events.resolve_instance_method(call)
@@ -224,20 +236,15 @@ class Updates:
             )
             if helper is not None:
                 index_here = index if call is _assigned(statement) else None
-                called |= self._helper_models(call, helper, index_here, depth, key)
+                through |= self._helper_models(call, helper, index_here, depth, key)
+                handed.update(id(arg.value) for arg in call.args)
                 continue
             callee = forward_receiver(call.func)
             name = dotted_name(callee)
             if name is not None and last_name(callee) not in PARAMETER_METHODS:
                 called.add(name)
-        for node in _names_in(value):
-            read = dotted_name(node)
-            if read is None:
-                continue
-            for definition in self.origins.definitions(read, statement):
-                if definition is not OUTSIDE and within(definition.node):
-                    called |= self._models_called(definition.node, within, depth + 1, seen, read)
-        return called
+        reads = [read for node in _names_in(value, handed) if (read := dotted_name(node)) is not None]
+        return called | through, reads + sorted(through - set(reads))
 
     def _helper_models(
         self, call: cst.Call, helper: cst.FunctionDef, index: int | None, depth: int, key: str | None = None
@@ -260,6 +267,7 @@ class Updates:
                 None,
                 returned,
             )
+            inside |= self._parameters_read(helper, statement, returned, set(arguments))
             receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
             for name in inside:
                 head, _, rest = name.partition(".")
@@ -268,6 +276,29 @@ class Updates:
                 elif head == "self":
                     called.add(_on(receiver, name) if receiver is not None else name)
         return called
+
+    def _parameters_read(
+        self, helper: cst.FunctionDef, statement: cst.CSTNode, value: cst.CSTNode, parameters: set[str]
+    ) -> set[str]:
+        """The parameters of `helper` (or attributes of them) that `value`, at `statement`, computes through: read
+        there or by the helper's own assignments it reads, never under a `.detach()`."""
+        found: set[str] = set()
+        seen: set[cst.CSTNode] = set()
+        pending: list[tuple[cst.CSTNode, cst.CSTNode]] = [(statement, value)]
+        while pending:
+            at, read_from = pending.pop()
+            for node in _names_in(read_from):
+                name = dotted_name(node)
+                if name is None:
+                    continue
+                if name.partition(".")[0] in parameters:
+                    found.add(name)
+                for definition in self.origins.definitions(name, at):
+                    inside = getattr(self.collected.contexts.get(definition.node), "scope", None) is helper
+                    if definition is not OUTSIDE and inside and definition.node not in seen:
+                        seen.add(definition.node)
+                        pending.append((definition.node, definition.node))
+        return found
 
     def _results(self, helper: cst.FunctionDef, key: str | None) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
         """(statement, value) for what a helper hands back: its assignments of `key` when `key` is an attribute of
@@ -310,11 +341,15 @@ def _parameter_owners(node: cst.CSTNode) -> set[str]:
 
 
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """The calls in `node` whose results it computes through: none under a `.detach()` (`log_pi.detach()`)."""
     found = []
     pending = [node]
     while pending:
         current = pending.pop()
         if isinstance(current, cst.Call):
+            func = current.func
+            if isinstance(func, cst.Attribute) and func.attr.value in DETACHING_METHODS:
+                continue  # no graph back through what computed the receiver
             found.append(current)
         if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue
@@ -322,8 +357,9 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
-def _names_in(statement: cst.CSTNode) -> list[cst.Name | cst.Attribute]:
-    """The names a statement reads on its right-hand side (for an assignment, its value)."""
+def _names_in(statement: cst.CSTNode, skipped: Collection[int] = ()) -> list[cst.Name | cst.Attribute]:
+    """The names a statement reads on its right-hand side (for an assignment, its value), outside the nodes whose
+    ids are `skipped`."""
     value = statement.value if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)) else statement
     if value is None:
         return []
@@ -331,6 +367,8 @@ def _names_in(statement: cst.CSTNode) -> list[cst.Name | cst.Attribute]:
     pending: list[cst.CSTNode] = [value]
     while pending:
         current = pending.pop()
+        if id(current) in skipped:
+            continue
         if isinstance(current, (cst.Name, cst.Attribute)) and dotted_name(current) is not None:
             found.append(current)
             continue
