@@ -26,7 +26,7 @@ from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.project.program import Callee, ModuleProgram
 from gradlint.analysis.project.summaries import UPDATE, Effect
 from gradlint.analysis.syntax.collect import Collected, Context, GradMode, Loop, Scope, collect
-from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
 from gradlint.analysis.syntax.positions import ModulePositions, WrittenStatements
 from gradlint.analysis.syntax.refs import BUILTINS, arguments_of
 from gradlint.analysis.syntax.tree import descendants
@@ -495,7 +495,7 @@ class ModuleAnalysis:
                         names.update({*names_in(given[name]), *_taken_from(given[name])})
         assignments = [s for s in self.statements_in(region) if isinstance(s, cst.Assign)]
         # `logits = disc(fake)` reaches a backward that reads `logits.mean`, a method of what it binds
-        heads = {head for name in names for head in _heads(name)}
+        heads = {head for name in names for head in prefixes(name)}
         changed = True
         while changed:
             changed = False
@@ -504,7 +504,7 @@ class ModuleAnalysis:
                 read = set(names_in(statement.value)) | _taken_from(statement.value)
                 if targets & heads and not read <= names:
                     names.update(read)
-                    heads.update(head for name in read for head in _heads(name))
+                    heads.update(head for name in read for head in prefixes(name))
                     changed = True
         return names
 
@@ -512,8 +512,7 @@ class ModuleAnalysis:
         """The statements of this scope that gave the names `expression` reads the values they hold at `at`."""
         found: dict[cst.CSTNode, None] = {}
         for name in names_in(expression):
-            parts = name.split(".")
-            for key in (".".join(parts[: index + 1]) for index in range(len(parts))):
+            for key in prefixes(name):
                 for definition in self.origins.definitions(key, at):
                     if definition.node in self.collected.order:  # not OUTSIDE: bound in this scope
                         found[definition.node] = None
@@ -554,12 +553,6 @@ def _object_key(argument: cst.BaseExpression) -> str | None:
     if isinstance(argument, cst.Attribute) and argument.attr.value == "param_groups":
         return dotted_name(argument.value)
     return dotted_name(argument)
-
-
-def _heads(name: str) -> list[str]:
-    """`a`, `a.b` and `a.b.c` for `a.b.c`: the names whose value a read of `name` reads."""
-    parts = name.split(".")
-    return [".".join(parts[: index + 1]) for index in range(len(parts))]
 
 
 def _taken_from(value: cst.BaseExpression) -> set[str]:

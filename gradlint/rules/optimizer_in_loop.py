@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradlint.analysis import Kind, Role, TrainingStep
 from gradlint.analysis.syntax.collect import Loop
-from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
 from gradlint.rule import Rule
 
 MAX_CALL_DEPTH = 3
@@ -221,8 +221,4 @@ class OptimizerInLoop(Rule):
 
 def _parameter_prefixes(call: cst.Call) -> list[str]:
     """Every name, and every prefix of a dotted name, the optimizer's first argument reads (`model`, `model.enc`)."""
-    prefixes: list[str] = []
-    for key in names_in(call.args[0].value):
-        parts = key.split(".")
-        prefixes.extend(".".join(parts[: index + 1]) for index in range(len(parts)))
-    return prefixes
+    return [prefix for key in names_in(call.args[0].value) for prefix in prefixes(key)]

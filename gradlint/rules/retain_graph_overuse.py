@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.facts.lineage import is_data_name
 from gradlint.analysis.syntax.collect import Loop, Scope
-from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
 from gradlint.analysis.syntax.tree import children, descendants
 from gradlint.analysis.training.evaluation import ITERATION_WRAPPERS
 from gradlint.fixes import replace_node, without_keyword
@@ -190,7 +188,8 @@ class RetainGraphOveruse(Rule):
         seen: set[tuple[str, cst.CSTNode]] = set()
         while pending:
             value, where = pending.pop()
-            for name in _prefixes(names_in(value)):  # `logits.flatten(...)` reads `logits`
+            # `logits.flatten()` reads `logits`
+            for name in [prefix for read in names_in(value) for prefix in prefixes(read)]:
                 if (name, where) in seen:
                     continue
                 seen.add((name, where))
@@ -337,12 +336,6 @@ def _handed_on(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
     ):
         return statement.value
     return None
-
-
-def _prefixes(names: Iterable[str]) -> Iterator[str]:
-    for name in names:
-        parts = name.split(".")
-        yield from (".".join(parts[: index + 1]) for index in range(len(parts)))
 
 
 def _creates_graph(node: cst.CSTNode) -> bool:

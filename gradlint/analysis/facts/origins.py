@@ -16,7 +16,7 @@ import libcst as cst
 
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
-from gradlint.analysis.syntax.names import dotted_name, names_in
+from gradlint.analysis.syntax.names import dotted_name, names_in, prefixes
 from gradlint.analysis.syntax.refs import all_params
 
 
@@ -128,8 +128,7 @@ class Origins:
                 if name == key or name.startswith(key + ".") or key.startswith(name + "."):
                     return True
                 # `out.sum` reads `out`: each prefix may have been assigned.
-                parts = name.split(".")
-                for prefix in (".".join(parts[: index + 1]) for index in range(len(parts))):
+                for prefix in prefixes(name):
                     if (prefix, where) not in seen:
                         seen.add((prefix, where))
                         pending.extend((d.value, d.node) for d in self.definitions(prefix, where) if d is not OUTSIDE)

@@ -98,6 +98,12 @@ class ImportMap:
         return f"{base}.{rest}" if rest else base
 
 
+def prefixes(name: str) -> list[str]:
+    """`a`, `a.b` and `a.b.c` for `a.b.c`: reading `a.b.c` reads the value each of them holds."""
+    parts = name.split(".")
+    return [".".join(parts[: index + 1]) for index in range(len(parts))]
+
+
 def names_in(node: cst.CSTNode) -> Iterator[str]:
     """Dotted names (`loss`, `self.total`) read anywhere inside `node`."""
     key = dotted_name(node) if isinstance(node, cst.BaseExpression) else None
