@@ -32,13 +32,14 @@ class RuleInfo:
     summary: str
     body: str  # the documentation without its link (see `Rule.documentation_body`)
     preview: bool = False  # off by default (see `gradlint.measured`)
+    screen: str = ""  # see `Rule.screen`
 
     @classmethod
     def of(cls, rule: type[Rule]) -> RuleInfo:
         """The data of a rule class."""
         location = f"{rule.__module__}:{rule.__qualname__}"
         body = rule.documentation_body()
-        return cls(rule.code, rule.name, location, rule.requires, rule.summary(), body, rule.in_preview())
+        return cls(rule.code, rule.name, location, rule.requires, rule.summary(), body, rule.in_preview(), rule.screen)
 
     def load(self) -> type[Rule]:
         """The rule class, imported on first use."""

@@ -11,10 +11,11 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradlint import notebook, pytest_layout
+from gradlint import notebook, pytest_layout, screens
 from gradlint.cache import ResultCache, SummaryStore, Uses
 from gradlint.catalog import RuleInfo, could_fire, rule_infos
 from gradlint.config import Config, resolve
@@ -50,17 +51,30 @@ def enabled_rules(config: Config, path: str) -> list[RuleInfo]:
 def _chosen(config: Config, data: bytes, path: str, outlines: Outlines | None) -> tuple[list[RuleInfo], list[RuleInfo]]:
     """The prefilter: (the enabled rules that could fire on the file, the others).
 
-    A rule could fire when the file holds its `requires` tokens. The others may still
+    A rule could fire when the file holds its `requires` tokens; where every rule that could
+    fire has a screen, only those whose shape the file has (`gradlint.screens`). The others may still
     fire through a call into another project module that affects gradients: a file that
     is parsed anyway runs them once its analysis shows such a call (`checking.run_rules`);
     a file none of whose rules could fire is parsed only when its outline shows one.
     """
     enabled = enabled_rules(config, path)
     chosen = [rule for rule in enabled if could_fire(rule, data)]
+    if chosen and all(rule.screen for rule in chosen):
+        # Only rules with a screen could fire: parse with LibCST only where one of their shapes is there.
+        passed = _screens_passed(tuple(sorted({rule.screen for rule in chosen})), data)
+        chosen = [rule for rule in chosen if rule.screen in passed]
     rest = [rule for rule in enabled if rule not in chosen]
     if not chosen and rest and outlines is not None and outlines.calls_effects(Path(path), data):
         return enabled, []
     return chosen, rest
+
+
+@lru_cache(maxsize=256)
+def _screens_passed(names: tuple[str, ...], data: bytes) -> frozenset[str]:
+    """The screens of `names` that the file holding `data` passes (all of them when CPython cannot parse it:
+    the LibCST parse then reports what it can). Kept: the pool's dispatcher and the lint ask the same."""
+    tree = screens.syntax(data)
+    return frozenset(name for name in names if tree is None or screens.SCREENS[name](tree))
 
 
 def lint_source(

@@ -127,6 +127,10 @@ class Rule:
     # entry that is a tuple of byte strings needs any one of them. The engine runs a rule
     # only on files that hold them, and parses no file that no enabled rule could fire on.
     requires: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
+    # The name of a screen in `gradlint.screens`: a shape, read with CPython's parser, that a
+    # file must have for this rule's own findings (GL009's evaluation loops). A file that only
+    # screened rules could fire on is parsed with LibCST only when one of their screens passes.
+    screen: ClassVar[str] = ""
     # A rule about waste or loop hygiene (a kept graph, a missing no_grad, a retained graph)
     # stays quiet inside test functions, which run a tiny model once and often do on purpose
     # what a training loop must not (two backwards to test accumulation).

@@ -19,7 +19,14 @@ LAYERS = ("syntax", "facts", "project", "training")
 # The modules of the package outside the analysis that it may use: they read bytes, outlines and
 # configuration, and import nothing of the engine, the rules or the front-ends themselves.
 BELOW_THE_ANALYSIS = frozenset(
-    {"gradlint.decoding", "gradlint.pytest_layout", "gradlint.index", "gradlint.frameworks", "gradlint.project"}
+    {
+        "gradlint.decoding",
+        "gradlint.pytest_layout",
+        "gradlint.index",
+        "gradlint.frameworks",
+        "gradlint.project",
+        "gradlint.screens",
+    }
 )
 
 

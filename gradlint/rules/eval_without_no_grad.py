@@ -76,6 +76,7 @@ class EvalWithoutNoGrad(Rule):
     )
     quiet_in_tests = True
     requires = ((b"for", b"while"),)
+    screen = "evaluation_loops"
     example = """
         model.eval()
         for x, y in val_loader:

@@ -9,9 +9,9 @@ from gradlint.analysis.facts.lineage import is_data_name
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
 from gradlint.analysis.syntax.tree import children, descendants
-from gradlint.analysis.training.evaluation import ITERATION_WRAPPERS
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
+from gradlint.screens import ITERATION_WRAPPERS
 
 SUMMABLE = (
     "`{first}` and `{second}` run through one graph with nothing between them; "

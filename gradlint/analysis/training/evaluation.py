@@ -53,13 +53,12 @@ from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
 from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import descendants
+from gradlint.screens import ITERATION_WRAPPERS, LOADER_NAME, MAX_BINDING_DEPTH
 
 TRAINING_NAME = re.compile(
     r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|loss|attack|advers|perturb|saliency|grad|explain"
     r"|attribut|fgsm|pgd|finetune|distill).*"
 )
-LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_)?(dl|ds|set|split)s?")
-ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "islice", "progress_bar", "trange"})
 GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "requires_grad_"})
 # Calls of unknown effect that may train: never moved under no_grad by a fix.
 MIGHT_TRAIN = re.compile(r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|grad|attack|advers|perturb).*")
@@ -68,7 +67,6 @@ ENVIRONMENT = re.compile(r"(?i)(\w+_)?(env|envs|environment|vec_env|simulator|si
 END = 1 << 62
 # torch's loaders, by qualified name: iterating one draws batches.
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
-MAX_BINDING_DEPTH = 3  # `tq = tqdm(it)`, `it = iter(loader)`: how many local names to follow back
 MAX_CALLER_DEPTH = 4
 # Calls that give numbers to iterate over, not data.
 NUMBER_SEQUENCES = frozenset({"range", "trange", "linspace", "arange", "logspace", "geomspace"})
