@@ -41,8 +41,9 @@ class EvalWithoutNoGrad(Rule):
     the evaluation loops' hooks (`on_validation_epoch_end`, ..., of the module or of a
     `Callback`), the `forward` of a class proven an nn.Module (it runs in the grad mode of
     whoever calls the module), training code, and code that wants gradients with respect to the inputs
-    (saliency maps, adversarial examples: `x.requires_grad_()`,
-    `torch.autograd.grad`) are fine and not reported.
+    (saliency maps, adversarial examples, force fields: `x.requires_grad_()`,
+    `x.requires_grad = flag` with anything but a literal `False`, `torch.autograd.grad`)
+    are fine and not reported.
 
     A method of a model proven one (not only named one), handed what the loop iterates
     (`model.encode(batch)`), is a forward too, and a model is known by what the code does

@@ -521,14 +521,15 @@ def _asks_for_gradients(call: cst.Call) -> bool:
 
 
 def _enables_requires_grad(statement: cst.BaseSmallStatement) -> bool:
-    # Ex) images.requires_grad = True
+    """`x.requires_grad = value` where the value may be true: the code may want gradients of `x` (a force field's
+    positions, `coords.requires_grad = needs_forces`). Only a literal False proves it does not, as for
+    `requires_grad_(flag)` (`_asks_for_gradients`)."""
+    # Ex) images.requires_grad = True  /  graph.positions.requires_grad = compute_forces
     if not isinstance(statement, cst.Assign):
         return False
     value = statement.value
-    return (
-        isinstance(value, cst.Name)
-        and value.value == "True"
-        and any(last_name(target.target) == "requires_grad" for target in statement.targets)
+    return not (isinstance(value, cst.Name) and value.value == "False") and any(
+        last_name(target.target) == "requires_grad" for target in statement.targets
     )
 
 
