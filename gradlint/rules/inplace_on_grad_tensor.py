@@ -46,7 +46,8 @@ class InplaceOnGradTensor(Rule):
     A view shares its base's storage: a slice, `.t()` or `.view()` kept in a name (`top =
     g[:, :4]; top.zero_()`) changes its base, and the views `chunk`, `split` or `unbind`
     return may not be changed in place at all while their base requires grad (torch raises
-    at once).
+    at once), a base computed on the spot too (`q, k, v = self.qkv(x).chunk(3)`). torch's
+    function forms are the same views (`torch.chunk(h, 2)`, `torch.transpose(t, 0, 1)`).
 
     A layer built with `inplace=True` (`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`,
     `nn.Dropout(p, inplace=True)`, an `nn.Sequential` that starts with one) and an

@@ -214,7 +214,7 @@ class Graphs:
         node, statement, moved = target, at, False
         split: cst.Call | None = None
         for _ in range(MAX_DEPTH):
-            inner = _viewed(node)
+            inner = self._viewed(node)
             if inner is not None:
                 node, moved = inner, True
                 continue
@@ -224,18 +224,29 @@ class Graphs:
                 break
             (definition,) = definitions
             value = definition.value
-            if definition.binding is Binding.ASSIGN and _viewed(value) is not None:
+            if definition.binding is Binding.ASSIGN and self._viewed(value) is not None:
                 node, statement = value, definition.node
             elif (
                 definition.binding is Binding.UNPACK
                 and isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value in MULTI_VIEWS
+                and (base := self._viewed(value, MULTI_VIEWS)) is not None
             ):
-                node, statement, moved, split = value.func.value, definition.node, True, value
+                node, statement, moved, split = base, definition.node, True, value
+                break  # the views of a computed tensor (`self.to_qkv(x).chunk(3)`) share its storage too
             else:
                 break
-        return View(node, split) if moved and dotted_name(node) is not None else None
+        return View(node, split) if moved and (dotted_name(node) is not None or split is not None) else None
+
+    def _viewed(self, node: cst.BaseExpression, names: frozenset[str] = VIEWS) -> cst.BaseExpression | None:
+        """What `node` is a view of (`names`: the view functions to count): `h` for `h[0]`, `h.t()`, and for torch's
+        function forms, `torch.transpose(h, 0, 1)` or `torch.chunk(h, 2)`, whose tensor is the first argument."""
+        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+            return _viewed(node) if names is VIEWS else None
+        qualified = self.roles.imports.resolve(node.func) or ""
+        if qualified.startswith("torch."):  # a function of torch's namespace, not a method of a tensor
+            positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+            return positional[0] if qualified.rsplit(".", 1)[-1] in names and positional else None
+        return node.func.value if node.func.attr.value in names else None
 
     def saved_for_backward(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
