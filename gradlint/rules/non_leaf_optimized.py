@@ -25,6 +25,14 @@ class NonLeafOptimized(Rule):
     (`torch.randn(3, device=device, requires_grad=True)`), or switch grad on after the move
     (`torch.randn(3).to(device).requires_grad_()`, `nn.Parameter(t.to(device))`).
 
+    Kept on a module (`self.w = nn.Parameter(torch.randn(n)).to(device)` in an
+    `nn.Module`), the copy is no Parameter: the module does not register it, so
+    `model.parameters()` leaves it out and the optimizer of the model never trains it (on
+    the CPU the move returns the Parameter itself, and the bug shows only on the GPU).
+    Wrap the moved tensor instead: `nn.Parameter(torch.randn(n).to(device))`, or move
+    the whole module with `model.to(device)`. Only a leaf made inline in the same
+    statement is reported there; this case gets no fix.
+
     Not reported: a tensor made on its device and dtype, `requires_grad_()`, `.detach()`
     or `nn.Parameter(...)` after the move, `model.to(device)` (a module moves in place),
     a copy used only in the forward pass, `.float()` of a tensor made with the default
@@ -77,19 +85,20 @@ class NonLeafOptimized(Rule):
             uses.setdefault(use.copy.node, []).append(use)
         for found in uses.values():
             copy = found[0].copy
-            self.report(copy.node, self._message(copy, found), self._fix(copy), self._story(found))
+            # A module keeps only Parameters: a leaf made after the move would still go unregistered, so no fix.
+            fix = None if any(use.module for use in found) else self._fix(copy)
+            self.report(copy.node, self._message(copy, found), fix, self._story(found))
 
     def _message(self, copy: LeafCopy, uses: list[CopyUse]) -> str:
         named = self.analysis.code(copy.node)
+        if any(use.module for use in uses):
+            return f"`{named}` is a copy of a leaf that requires grad, not a Parameter; the module does not register it, so model.parameters() leaves it out and it never trains"  # noqa: E501
         if any(use.optimizer for use in uses):
             return f"`{named}` is a copy of a leaf that requires grad, not the leaf; the optimizer given it raises can't optimize a non-leaf Tensor"  # noqa: E501
         return f"`{named}` is a copy of a leaf that requires grad, not the leaf; its .grad stays None, so the update from it fails"  # noqa: E501
 
     def _story(self, uses: list[CopyUse]) -> list[tuple[cst.CSTNode, str]]:
-        return [
-            (use.node, "the copy is optimized here" if use.optimizer else "the copy is updated from its own .grad here")
-            for use in uses
-        ]
+        return [(use.node, _used_here(use)) for use in uses]
 
     def _fix(self, copy: LeafCopy) -> Fix | None:
         maker = copy.maker
@@ -105,6 +114,12 @@ class NonLeafOptimized(Rule):
             return None
         description = "switch grad on after the move: `.requires_grad_()`"
         return replace_node(self.analysis, copy.node, method_call(inline, "requires_grad_"), description)
+
+
+def _used_here(use: CopyUse) -> str:
+    if use.module:
+        return "the copy is kept on the module here, where only a Parameter is registered"
+    return "the copy is optimized here" if use.optimizer else "the copy is updated from its own .grad here"
 
 
 def _keyword_true(call: cst.Call, keyword: str) -> bool:

@@ -5,8 +5,10 @@ When autograd records, `.cuda()`, `.to(device)`, `.double()`, `.type(dtype)`, a 
 that requires grad return a new tensor whose history leads back to the leaf: a non-leaf.
 A *use as a parameter* is where such a copy is handed to an optimizer (`Adam([w])`,
 param groups, a list the parameters were appended to, a helper of this module or of
-another one that builds the optimizer) or updated by hand from its own `.grad`
-(`w -= lr * w.grad`), which stays None on a non-leaf.
+another one that builds the optimizer), updated by hand from its own `.grad`
+(`w -= lr * w.grad`), which stays None on a non-leaf, or kept on a module proven an
+`nn.Module` (`self.w = nn.Parameter(t).to(device)`): a module registers only Parameters,
+so its `parameters()`, what an optimizer of the model trains, leave the copy out.
 
 Values are followed through assignments (reaching definitions), aliases, lists,
 `append`, and same-module helpers that return the copy or build the optimizer.
@@ -63,7 +65,8 @@ class CopyUse:
 
     copy: LeafCopy
     node: cst.CSTNode
-    optimizer: bool  # False: updated by hand from its own `.grad`
+    optimizer: bool  # False: updated by hand from its own `.grad`, or kept on a module (`module`)
+    module: bool = False  # kept as an attribute of an nn.Module, which registers only Parameters
 
 
 class LeafCopies:
@@ -99,7 +102,21 @@ class LeafCopies:
             updated = _updated_from_own_grad(statement)
             if updated is not None:
                 found.extend(CopyUse(copy, statement, False) for copy in self.copies_of(updated, statement, set()))
+            elif self._on_a_module(statement):
+                # Ex) self.w = nn.Parameter(torch.randn(n)).to(self.device): made inline, so meant to be trained
+                copy = self._made_copy(statement.value, statement)  # type: ignore[attr-defined]  # an Assign
+                if copy is not None and copy.maker is not None:
+                    found.append(CopyUse(copy, statement, False, module=True))
         return found
+
+    def _on_a_module(self, statement: cst.CSTNode) -> bool:
+        """Whether `statement` sets an attribute of `self` in a method of a class proven an nn.Module."""
+        if not isinstance(statement, cst.Assign) or not any(
+            (dotted_name(target.target) or "").startswith("self.") for target in statement.targets
+        ):
+            return False
+        owner = self.collected.contexts[statement].class_def
+        return owner is not None and self.roles.is_model_class(owner)
 
     def copies_of(self, expression: cst.BaseExpression, at: cst.CSTNode, seen: set[cst.CSTNode]) -> list[LeafCopy]:
         """The copies of a leaf that `expression`, evaluated just before `at`, may hold."""
