@@ -114,7 +114,9 @@ def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
     archives = _archives(name, version)
     if not archives:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{name}=={version}", "-d", str(CACHE)]
-        first, then = (":all:", ":none:") if source_first else (":none:", ":all:")
+        # `--no-binary NAME`, not `:all:`: the archive's build requirements still come as wheels (with `:all:`, pip
+        # compiled Cython and numpy from source just to read an archive's metadata).
+        first, then = (name, ":none:") if source_first else (":none:", name)
         if subprocess.run([*command, "--no-binary", first], check=False).returncode != 0:
             subprocess.run([*command, "--no-binary", then], check=False)  # learn2learn has no wheel, torchrl no sdist
         archives = _archives(name, version)
