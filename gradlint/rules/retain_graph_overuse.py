@@ -6,6 +6,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role
 from gradlint.analysis.facts.lineage import is_data_name
+from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
 from gradlint.analysis.syntax.tree import children, descendants
@@ -271,6 +272,14 @@ class RetainGraphOveruse(Rule):
                 outside = loop not in analysis.context(definition).loops
                 if outside and analysis.graphs.may_carry_graph(definition.value, definition):
                     return True
+        # A name assigned in several places (`if qmc: samples = sampler(p) else: samples = p.rsample()`): any
+        # assignment before the loop that may carry a graph is backpropagated again by the next iteration.
+        for operand in analysis.graphs.operands(event.value):
+            key = dotted_name(operand)
+            for reaching in analysis.origins.definitions(key, statement) if key is not None else ():
+                if reaching.binding is Binding.ASSIGN and loop not in analysis.context(reaching.node).loops:
+                    if analysis.graphs.may_carry_graph(reaching.value, reaching.node):
+                        return True
         return False
 
     def _nothing_between(self, events: tuple[Event, ...], first: int, second: int) -> bool:
