@@ -9,6 +9,7 @@ from gradlint.analysis.facts.lineage import is_data_name
 from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in, prefixes
+from gradlint.analysis.syntax.refs import all_params
 from gradlint.analysis.syntax.tree import children, descendants
 from gradlint.fixes import replace_node, without_keyword
 from gradlint.rule import Fix, Rule
@@ -45,7 +46,10 @@ class RetainGraphOveruse(Rule):
     Not reported: a later backward or `torch.autograd.grad` through the graph in the
     same step (GAN and actor-critic steps with an optimizer step between them,
     per-task gradients that are read between the calls), a graph built before a loop
-    that backpropagates it once per iteration (Jacobian rows), an optimizer wrapper
+    that backpropagates it once per iteration (Jacobian rows; any assignment of it before
+    the loop counts), a backward that other code calls, through a graph built before
+    (in a lambda handed to a benchmark harness, or a nested function that backpropagates
+    a value of the function around it), an optimizer wrapper
     whose `step(loss)` backpropagates, a helper that returns the loss or keeps it on
     `self` without stepping (its caller may backpropagate again), and
     `create_graph=True`.
@@ -112,6 +116,8 @@ class RetainGraphOveruse(Rule):
             return  # the next iteration backpropagates through it again
         if loop is not None and self._from_items_that_may_share(event, loop):
             return  # Ex) for trace in self._get_traces(): later items may replay this one's graph
+        if self._deferred(event):
+            return  # Ex) do_bench(lambda: out.backward(g, retain_graph=True)): each call backpropagates it again
         functions = {function.name.value for function in self.analysis.collected.functions}
         later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
         if not later and self._hands_graph_to_caller(scope, event, events):
@@ -142,6 +148,26 @@ class RetainGraphOveruse(Rule):
         return any(
             not is_data_name(name) and self.analysis.origins.reads(event.value, name, statement)
             for name in names_in(loop.target)
+        )
+
+    def _deferred(self, event: Event) -> bool:
+        """Whether the backward runs whenever other code calls it, through a graph built before: in a lambda, or in
+        a nested function that backpropagates a value of the function around it (`return backward_fn`, a benchmark
+        harness's closure). Each call goes through the same graph again, which is what the retained graph is for."""
+        analysis = self.analysis
+        statement = analysis.statement_of(event.node)  # type: ignore[arg-type]  # a backward is a call
+        lambdas = (node for node in descendants(statement) if isinstance(node, cst.Lambda))
+        if any(event.node in descendants(node.body) for node in lambdas):
+            return True
+        function = analysis.context(event.node).function
+        if function is None or event.value is None or analysis.context(function).function is None:
+            return False  # not nested in another function: its values are its own, or its caller's
+        params = set(all_params(function))
+        return any(
+            key is not None
+            and key.split(".")[0] not in params
+            and all(reaching.binding is Binding.OUTSIDE for reaching in analysis.origins.definitions(key, statement))
+            for key in (dotted_name(operand) for operand in analysis.graphs.operands(event.value))
         )
 
     def _loss(self, event: Event) -> str:
@@ -277,9 +303,9 @@ class RetainGraphOveruse(Rule):
         for operand in analysis.graphs.operands(event.value):
             key = dotted_name(operand)
             for reaching in analysis.origins.definitions(key, statement) if key is not None else ():
-                if reaching.binding is Binding.ASSIGN and loop not in analysis.context(reaching.node).loops:
-                    if analysis.graphs.may_carry_graph(reaching.value, reaching.node):
-                        return True
+                outside = reaching.binding is Binding.ASSIGN and loop not in analysis.context(reaching.node).loops
+                if outside and analysis.graphs.may_carry_graph(reaching.value, reaching.node):
+                    return True
         return False
 
     def _nothing_between(self, events: tuple[Event, ...], first: int, second: int) -> bool:
