@@ -42,9 +42,10 @@ DRAWS = (
     "draw 5 of 2026-12-06: 46 libraries, 2.74 million lines, gradlint 8ccf58a",
     "draw 6 of 2026-12-06: 48 libraries, 1.32 million lines, gradlint 0fc1967",
     "draw 7 of 2026-12-06: 45 libraries, 2.15 million lines, gradlint 5bbbfda",
-    "draw 8 of 2026-12-06: 53 libraries, 1.23 million lines, gradlint 7a29fa4",
+    "draw 8 of 2026-12-06: 53 libraries, 1.23 million lines, gradlint 3ce4752",
+    "draw 9 of 2026-12-06: 61 libraries, 2.36 million lines, gradlint e5c945d",
 )
-LINES = "12.81 million"
+LINES = "15.17 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -59,6 +60,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(23, 23),
         Measured(4, 3),
+        Measured(2, 2),
     ),
     "GL002": (
         Measured(3, 0),
@@ -69,8 +71,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(3, 0),
         Measured(2, 0),
+        Measured(1, 0),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -80,6 +83,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(2, 0),
+        Measured(4, 0),
     ),
     "GL005": (
         Measured(1, 0),
@@ -90,9 +94,10 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 1),
         Measured(24, 20),
         NONE,
+        Measured(5, 2),
     ),
-    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE),
-    "GL007": (NONE, Measured(4, 4), NONE, NONE, Measured(6, 6), NONE, Measured(3, 3), NONE),
+    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE),
+    "GL007": (NONE, Measured(4, 4), NONE, NONE, Measured(6, 6), NONE, Measured(3, 3), NONE, NONE),
     "GL008": (
         Measured(5, 0),
         Measured(5, 0),
@@ -102,6 +107,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(2, 0),
+        NONE,
     ),
     "GL009": (
         Measured(6, 0),
@@ -112,10 +118,11 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 1),
         Measured(25, 22),
         Measured(46, 42),
+        Measured(6, 4),
     ),
-    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE),
-    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE),
-    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE),
+    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE),
+    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE),
+    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE),
     "GL016": (
         Measured(1, 0),
         Measured(3, 2),
@@ -125,6 +132,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(4, 0),
         Measured(1, 0),
+        Measured(6, 2),
     ),
     "GL017": (
         Measured(2, 0),
@@ -135,8 +143,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(4, 1),
         Measured(2, 0),
+        Measured(1, 0),
     ),
-    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE, NONE, Measured(2, 2), NONE, Measured(1, 0)),
+    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE, NONE, Measured(2, 2), NONE, Measured(1, 0), NONE),
     "GL019": (
         Measured(3, 0),
         NONE,
@@ -146,8 +155,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         Measured(2, 2),
         Measured(1, 0),
+        Measured(1, 0),
     ),
-    "GL022": (Measured(2, 1), NONE, NONE, NONE, Measured(1, 0), NONE, Measured(1, 1), NONE),
+    "GL022": (Measured(2, 1), NONE, NONE, NONE, Measured(1, 0), NONE, Measured(1, 1), NONE, Measured(4, 2)),
 }
 
 
