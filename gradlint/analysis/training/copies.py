@@ -102,21 +102,21 @@ class LeafCopies:
             updated = _updated_from_own_grad(statement)
             if updated is not None:
                 found.extend(CopyUse(copy, statement, False) for copy in self.copies_of(updated, statement, set()))
-            elif self._on_a_module(statement):
+            elif (kept := self._kept_on_a_module(statement)) is not None:
                 # Ex) self.w = nn.Parameter(torch.randn(n)).to(self.device): made inline, so meant to be trained
-                copy = self._made_copy(statement.value, statement)  # type: ignore[attr-defined]  # an Assign
+                copy = self._made_copy(kept.value, kept)
                 if copy is not None and copy.maker is not None:
-                    found.append(CopyUse(copy, statement, False, module=True))
+                    found.append(CopyUse(copy, kept, False, module=True))
         return found
 
-    def _on_a_module(self, statement: cst.CSTNode) -> bool:
-        """Whether `statement` sets an attribute of `self` in a method of a class proven an nn.Module."""
+    def _kept_on_a_module(self, statement: cst.CSTNode) -> cst.Assign | None:
+        """`statement` when it sets an attribute of `self` in a method of a class proven an nn.Module."""
         if not isinstance(statement, cst.Assign) or not any(
             (dotted_name(target.target) or "").startswith("self.") for target in statement.targets
         ):
-            return False
+            return None
         owner = self.collected.contexts[statement].class_def
-        return owner is not None and self.roles.is_model_class(owner)
+        return statement if owner is not None and self.roles.is_model_class(owner) else None
 
     def copies_of(self, expression: cst.BaseExpression, at: cst.CSTNode, seen: set[cst.CSTNode]) -> list[LeafCopy]:
         """The copies of a leaf that `expression`, evaluated just before `at`, may hold."""
