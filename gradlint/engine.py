@@ -21,7 +21,7 @@ from gradlint.catalog import RuleInfo, could_fire, rule_infos
 from gradlint.config import Config, resolve
 from gradlint.decoding import decode_source, undecodable, unknown_codec, unparsable
 from gradlint.files import Missing, discover
-from gradlint.index import Outlines, imported_modules, imports_torch
+from gradlint.index import Outlines, imported_modules, imports_torch, standard_tree
 from gradlint.project import Project
 from gradlint.rule import INTERNAL_ERROR, PARSE_ERROR, Diagnostic, tool_diagnostic
 
@@ -69,11 +69,12 @@ def _chosen(config: Config, data: bytes, path: str, outlines: Outlines | None) -
     return chosen, rest
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=8)
 def _screens_passed(names: tuple[str, ...], data: bytes) -> frozenset[str]:
     """The screens of `names` that the file holding `data` passes (all of them when CPython cannot parse it:
-    the LibCST parse then reports what it can). Kept: the pool's dispatcher and the lint ask the same."""
-    tree = screens.syntax(data)
+    the LibCST parse then reports what it can). Kept for a few files only, as the key holds their bytes: a file
+    the prefilter settles without a parse is linted for its decoding right after, which asks the same."""
+    tree = standard_tree(data)
     return frozenset(name for name in names if tree is None or screens.SCREENS[name](tree))
 
 

@@ -15,7 +15,8 @@ import ast
 import gc
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -291,14 +292,28 @@ def outline(data: bytes) -> ModuleOutline | None:
     """The outline of the module file holding `data`, or None when CPython cannot parse it."""
     if len(data) > MAX_OUTLINE_BYTES:
         return None
-    # The tree is dropped on return and has no cycles: the cyclic collector would only
-    # walk every live object of the run again for each burst of allocations it makes.
+    with collector_paused():
+        tree = standard_tree(data)
+        return _outline(tree, data) if tree is not None else None
+
+
+def standard_tree(data: bytes) -> ast.Module | None:
+    """CPython's syntax tree of `data`, or None when CPython cannot parse it."""
+    with collector_paused():
+        try:
+            return ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run without the cyclic garbage collector: a syntax tree is dropped soon and has no cycles, and the
+    collector would only walk every live object of the run again for each burst of allocations it makes."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _outline(ast.parse(data), data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+        yield
     finally:
         if collecting:
             gc.enable()

@@ -17,7 +17,6 @@ The vocabulary the screens read (how a loop names its loader) is the analysis's 
 from __future__ import annotations
 
 import ast
-import gc
 import re
 from collections.abc import Callable, Iterator
 
@@ -30,19 +29,6 @@ MAX_BINDING_DEPTH = 3  # `tq = tqdm(it)`, `it = iter(loader)`: how many local na
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
-
-
-def syntax(data: bytes) -> ast.Module | None:
-    """The standard syntax tree of `data`, or None when CPython cannot parse it (then no screen applies)."""
-    collecting = gc.isenabled()
-    gc.disable()  # the tree is dropped soon and has no cycles (see `gradlint.index.outline`)
-    try:
-        return ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def evaluation_loops(tree: ast.Module) -> bool:

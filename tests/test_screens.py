@@ -15,7 +15,8 @@ import pytest
 
 from gradlint import lint_source
 from gradlint.catalog import rule_infos
-from gradlint.screens import SCREENS, evaluation_loops, syntax
+from gradlint.index import standard_tree
+from gradlint.screens import SCREENS, evaluation_loops
 
 PASSES = {
     "a switch to eval mode in the loop's scope": """
@@ -90,13 +91,13 @@ FAILS = {
 
 @pytest.mark.parametrize("name", PASSES)
 def test_evaluation_loops_let_through_what_may_be_evaluation_code(name: str) -> None:
-    tree = syntax(textwrap.dedent(PASSES[name]).encode())
+    tree = standard_tree(textwrap.dedent(PASSES[name]).encode())
     assert tree is not None and evaluation_loops(tree)
 
 
 @pytest.mark.parametrize("name", FAILS)
 def test_evaluation_loops_keep_out_what_cannot_be(name: str) -> None:
-    tree = syntax(textwrap.dedent(FAILS[name]).encode())
+    tree = standard_tree(textwrap.dedent(FAILS[name]).encode())
     assert tree is not None and not evaluation_loops(tree)
 
 
@@ -124,6 +125,6 @@ def test_a_file_only_a_screened_rule_could_fire_on_is_parsed_only_when_its_scree
 
 
 def test_a_file_cpython_cannot_parse_is_left_to_the_libcst_parse() -> None:
-    assert syntax(b"def broken(:\n") is None
+    assert standard_tree(b"def broken(:\n") is None
     [finding] = lint_source("import torch\nfor x in loader:\n    model(x)\ndef broken(:\n", "broken.py")
     assert finding.code == "GL000"
