@@ -33,7 +33,9 @@ class EvalWithoutNoGrad(Rule):
     module defines is that method, not a forward, whatever its name. The first model call of
     each loop is reported; so is a call of a helper of the same module whose body runs
     the model with autograd recording (`total += self._eval_step(batch)`), at the call,
-    unless the helper wants gradients itself. A forward retried in an `except` handler
+    unless the helper wants gradients itself; a backward the call switches off by a literal
+    argument does not count (`self.forward_and_loss(x, y, backward=False)` of a helper that
+    backpropagates under `if backward:`). A forward retried in an `except` handler
     after the same forward failed under `no_grad` records on purpose (a model that needs
     autograd inside its forward) and is not reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions,

@@ -438,12 +438,23 @@ class Evaluation:
         helpers = (self.events.resolve_helper(inner) for inner in self.collected.calls_in_scope(function))
         return any(helper is not None and self._needs_gradients(helper, depth + 1) for helper in helpers)
 
-    def _wants_gradients_itself(self, function: cst.FunctionDef) -> bool:
-        """Whether `function`'s own body has a gradient event (same-module helpers inlined) or asks for gradients."""
+    def _wants_gradients_itself(self, function: cst.FunctionDef, call: cst.Call | None = None) -> bool:
+        """Whether `function`'s own body has a gradient event (same-module helpers inlined) or asks for gradients;
+        given the `call` that runs it, only what that call's literal arguments leave on counts (`step(x, y,
+        backward=False)` of a helper that backpropagates under `if backward:` wants none)."""
+        off = switched_off_at(function, call) if call is not None else {}
+        exits = self.events.exits_without(function, off)
+
+        def runs(node: cst.CSTNode) -> bool:
+            return not off or not self.events.needs_any(node, self.collected.contexts[node].ifs, off, exits)
+
         return (
-            bool(self.events.scope_events(function))
-            or any(map(_asks_for_gradients, self.collected.calls_in_scope(function)))
-            or any(map(_enables_requires_grad, self.collected.statements_in_scope(function)))
+            any(runs(event.site) for event in self.events.scope_events(function))
+            or any(_asks_for_gradients(inner) and runs(inner) for inner in self.collected.calls_in_scope(function))
+            or any(
+                _enables_requires_grad(statement) and runs(statement)
+                for statement in self.collected.statements_in_scope(function)
+            )
         )
 
     def helper_forward(self, call: cst.Call, depth: int = 0) -> cst.Call | None:
@@ -452,7 +463,7 @@ class Evaluation:
         helper may want gradients (a gradient event or a request for them: its caller's region then trains)."""
         view = self.events.call_view(call)
         helper = self.events.resolve_view(view, call) or self.events.resolve_instance_method(view, call)
-        if helper is None or depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(helper):
+        if helper is None or depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(helper, view):
             return None
         for inner in self.collected.calls_in_scope(helper):
             if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED:
