@@ -27,9 +27,12 @@ class InplaceOnGradTensor(Rule):
       -1)`): `x.add_(1)`, `x += 1`, `x[0] = 5`, `x.zero_()` raise
       `RuntimeError: a leaf Variable that requires grad is being used in an in-place
       operation.`
-    - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`
-      and `softmax` save their output, `log`, `pow`, layers and products save their
-      input. Changing it (`y = torch.exp(x); y += 1`) makes the next `backward()`
+    - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`,
+      `softmax` (function or method form), `sqrt`, `std`, `logsumexp` and the distances
+      `cdist` and `pdist` save their output, `log`, `pow`, layers and products save their
+      input. Changing it (`y = torch.exp(x); y += 1`), through another name for the same
+      tensor (`p = y; p *= 2`) or as an unnamed result handed to an in-place layer
+      (`self.drop(torch.sigmoid(h))` with `inplace=True`), makes the next `backward()`
       raise `RuntimeError: one of the variables needed for gradient computation has
       been modified by an inplace operation`.
     - A model's weights, which `optimizer.step()` updates in place: a loss computed

@@ -8,7 +8,9 @@ An operation saves a tensor for backward when its derivative needs it: `exp`,
 call and a product with another tensor that requires grad save their input. Changing
 a saved tensor in place makes backward raise. A view shares what it views (`h[0]`,
 `h.t()`), a copy does not (`h[mask]`, `h[idx]` with a tensor index); a container (a
-dict of outputs) is never saved itself.
+dict of outputs) is never saved itself. A name bound to another name (`p = y`) is the
+same tensor, saved if that one is; an unnamed result (`torch.sigmoid(h)` handed straight
+to an in-place layer) is saved when the operation that made it saves its output.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ SAVES_OUTPUT = frozenset(
     {
         "exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_", "tanh", "tanh_", "relu", "relu_", "softmax",
         "log_softmax", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "norm", "prod", "tan",
+        "cdist", "pdist", "logsumexp", "std", "softmin",
     }
 )  # fmt: skip
 # Checked against torch 2.13: changing the argument in place, then backward, raises.
@@ -250,16 +253,27 @@ class Graphs:
 
     def saved_for_backward(self, target: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when the tensor `target` names at statement `at` requires grad and an op saved it."""
+        if isinstance(target, cst.Call):
+            # Ex) self.drop(torch.sigmoid(h)) with an in-place dropout: the unnamed result is changed at once
+            return self._returns_saved_output(target, at)
         key = dotted_name(target)
         definition = self.definition(key, at) if key is not None else None
         if key is None or definition is None or definition.value is None:
             return False
-        if is_container(definition.value) or isinstance(definition.value, cst.Tuple):
+        value = definition.value
+        if dotted_name(value) is not None and self._depth <= MAX_DEPTH:
+            # Ex) proxy = gates: another name for the same tensor, saved if that one was
+            self._depth += 1
+            try:
+                return self.saved_for_backward(value, definition)
+            finally:
+                self._depth -= 1
+        if is_container(value) or isinstance(value, cst.Tuple):
             return False
-        if not self.requires_grad(definition.value, definition):
-            return False
-        if _saves_output(definition.value) or self._module_kind(definition.value) == "output":
+        if self._returns_saved_output(value, definition):
             return True
+        if not self.requires_grad(value, definition):
+            return False
         start, end = self.collected.order[definition], self.collected.order[at]
         if start > end:
             return False  # assigned later in a loop body: the value came round from the last iteration
@@ -270,6 +284,12 @@ class Graphs:
             if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
         ]
         return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
+
+    def _returns_saved_output(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether `value`, evaluated at statement `at`, is the output of an operation that saved it (`torch.exp(h)`,
+        a module built as `nn.Sigmoid()`) and requires grad."""
+        saving = _saves_output(value) or self._module_kind(value) == "output"
+        return saving and self.requires_grad(value, at)
 
     def _saves(self, node: cst.CSTNode, key: str, statement: cst.CSTNode) -> bool:
         if isinstance(node, cst.BinaryOperation):

@@ -50,6 +50,8 @@ MODEL_BASES = frozenset(
     }
 )
 NON_MODEL_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "init", "functional", "utils"})
+# Expressions whose value is computed data: arithmetic, a sign, a comparison.
+COMPUTED = (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)
 ARGUMENT_PARSERS = re.compile(r"parse_(known_)?args|parse_opts?|get_args|get_opts|get_config|Namespace|EasyDict")
 
 # What only a torch module answers to together: a mode switch and its parameters or state, or a switch, a move
@@ -323,7 +325,8 @@ class Roles:
         if _lightning_optimizers(value):
             return Role.OPTIMIZER  # a LightningModule's accessor of the optimizers it configured
         if not isinstance(value, cst.Call):
-            return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict)) else None
+            # Arithmetic and comparisons compute data (`g = x @ self.w`), never a module, whatever the name says.
+            return Role.OTHER if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Dict, *COMPUTED)) else None
         qualified = self.imports.resolve(value.func) or ""
         name = qualified.rsplit(".", 1)[-1] if qualified else last_name(value.func) or ""
         if name in WRAPPERS and len(value.args) == 1:
