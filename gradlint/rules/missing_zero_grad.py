@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import pairwise
 
 import libcst as cst
 
@@ -18,6 +19,11 @@ CLEAR_BEFORE_STEP = "`{clear}` runs between backward() and step(), so the step a
 CLEAR_EVERY_MICRO_BATCH = (
     "`{clear}` runs on every micro-batch but the optimizer steps only every few, "
     "so the accumulated gradient is thrown away"
+)
+
+STALE = (
+    "`{optimizer}` steps twice with no clear between: this backward adds onto the gradients its last step "
+    "applied, so the next step applies them again"
 )
 
 MAX_DEPTH = 4
@@ -49,6 +55,12 @@ class MissingZeroGrad(Rule):
     A step that hands what it steps (the optimizer, the model or its parameters) to a
     function gradlint cannot read, imported from outside the project (`reset(optimizer)`,
     `hooks.before_step(model)`), may be cleared there: unknown, so not reported.
+
+    An optimizer stepped twice in one step needs a clear before each step's backward: with
+    one clear for two steps (`loss_a.backward(); opt.step(); opt.zero_grad(); loss_b.backward();
+    opt.step()` in a loop), the first step of each iteration applies the second's gradients
+    of the iteration before once more. Judged only where the steps, clears and backwards run
+    unconditionally in the step.
 
     A clear in one arm of an `if` covers only the steps of that arm: `if amp:
     opt.zero_grad(); ...; scaler.step(opt) else: loss.backward(); opt.step()` never clears
@@ -92,6 +104,16 @@ class MissingZeroGrad(Rule):
         uncleared = self._uncleared_backward(step)
         if uncleared is not None:
             self.report(uncleared.site, self._named(step), self._clear_first(step, uncleared), self._story(step))
+            return
+        stale = self._stale_since_last_step(step)
+        if stale is not None:
+            backward, previous, current = stale
+            named = STALE.format(optimizer=self.analysis.code(current.value) if current.value else "the optimizer")
+            story = [
+                (previous.site, "this step already applied the gradients that are still there"),
+                (current.site, "and this one applies them again"),
+            ]
+            self.report(backward.site, named, related=story)
             return
         steps = [(event.site, "the optimizer steps here") for event in step.of_kind(Kind.STEP)]
         for clear in step.of_kind(Kind.CLEAR):
@@ -162,6 +184,40 @@ class MissingZeroGrad(Rule):
         for event in steps:
             if event.target not in cleared:
                 return _last_before(step.events, event, Kind.BACKWARD)
+        return None
+
+    def _stale_since_last_step(self, step: TrainingStep) -> tuple[Event, Event, Event] | None:
+        """The backward whose gradients an optimizer applies together with those its previous step already applied:
+        it steps twice in the step, and no clear that covers it runs between a step and the one before it (in a
+        loop, the last step of the previous iteration is the one before the first). Only a straight run of events
+        is judged: any of them under an `if` of the step's own, and nothing is said."""
+        steps = [
+            event
+            for event in step.of_kind(Kind.STEP)
+            if event.direct and not event.by_hand and not self._fresh_single_step(step, event)
+        ]
+        events = [event for event in step.events if event.kind in (Kind.BACKWARD, Kind.STEP, Kind.CLEAR)]
+        base = len(self.analysis.context(step.node).ifs) if not isinstance(step.node, cst.FunctionDef) else 0
+        if any(event.ifs[base:] or event.arms for event in events):
+            return None
+        cyclic = not isinstance(step.node, cst.FunctionDef)
+        for target in dict.fromkeys(event.target for event in steps if event.target is not None):
+            mine = [index for index, event in enumerate(events) if event in steps and event.target == target]
+            if len(mine) < 2:
+                continue
+            # In a loop the last step of the previous iteration comes before the first.
+            pairs = pairwise([mine[-1], *mine] if cyclic else mine)
+            for previous, current in pairs:
+                between = (
+                    events[previous + 1 : current] if previous < current else events[previous + 1 :] + events[:current]
+                )
+                if any(
+                    e.kind is Kind.CLEAR and (e.target == target or not self._clears_one_optimizer(e)) for e in between
+                ):
+                    continue
+                backwards = [event for event in between if event.kind is Kind.BACKWARD]
+                if backwards:
+                    return backwards[-1], events[previous], events[current]
         return None
 
     def _overwrites_gradients(self, step: TrainingStep) -> bool:
