@@ -47,12 +47,14 @@ class EvalModeNotRestored(Rule):
     self.model.compute_loss(x, y)`, then `loss.backward()`) is its training forward. A
     training step counts from its first forward: an evaluation run between that forward and
     the step's backward is judged by the next step's forward (a `train()` at the top of the
-    loop restores it).
+    loop restores it). An object built from the trained model keeps it where its constructor
+    stores what it is given (`self.model = model`): `evaluator.scores()` switching
+    `self.model` to eval, after `evaluator = Evaluator(net, loader)`, leaves `net` in eval mode,
+    the constructor's class in this module or in another.
 
     Known problems
     When several classes of the module implement what a base class calls on `self`, the
-    call is not followed. An object's attribute is not known to be the model handed to
-    its constructor (`trainer.model` and `model`). The path is read in source order: a
+    call is not followed. The path is read in source order: a
     `train()` in a branch that does not always run counts as a restore, and an
     evaluation that returns early before its `train()` is not seen. Modules switched
     through `model.apply(fn)` or in a loop over `model.modules()` are not followed, nor

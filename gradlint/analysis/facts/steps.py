@@ -20,7 +20,7 @@ from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, is_true, last_name
-from gradlint.analysis.syntax.refs import arguments_of, call_positional_params
+from gradlint.analysis.syntax.refs import arguments_of, call_positional_params, stored_parameters
 from gradlint.analysis.syntax.tree import descendants
 
 MAX_INLINE_DEPTH = 4
@@ -157,6 +157,20 @@ class Project(Protocol):
     ) -> list[Event] | None: ...
 
     def parameterless(self, dotted: str, imports: ImportMap) -> bool: ...
+
+    def constructor(self, dotted: str, imports: ImportMap) -> Constructor | None: ...
+
+
+class Constructor(Protocol):
+    """What the summary of another module's `__init__` says of the arguments it is given."""
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Its parameters filled by position, `self` first."""
+
+    @property
+    def stores(self) -> tuple[tuple[str, str], ...]:
+        """(parameter, attribute of self) it sets to what it is given."""
 
 
 @dataclass(frozen=True)
@@ -332,6 +346,64 @@ class EventIndex:
             if method is not None and assigned is not None:
                 found = SetByMethod(self.collected.statement_of[call], call, method, assigned)
         return found
+
+    def constructed_with(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+        """The caller's own name for what `obj.attr` holds, when the one call that builds `obj` passes it to a
+        constructor that stores it as `attr` (`keeping.stored_parameters`, from the class's summary when the class
+        is another module's), in the terms of the scope of `at`: `model` for `evaluator.model` after `evaluator =
+        Evaluator(model)`; `self.model` where `__init__` built `self.evaluator = Evaluator(model)` and set
+        `self.model = model`. None where the code does not show it."""
+        if not isinstance(value, cst.Attribute) or (owner := dotted_name(value.value)) is None:
+            return None
+        built = self.roles.values.get(owner, [])
+        if len(built) != 1 or not isinstance(built[0], cst.Call) or built[0] not in self.collected.contexts:
+            return None
+        passed = self._stored_argument(built[0], value.attr.value)
+        return self._named_at(passed, built[0], at) if passed is not None else None
+
+    def _stored_argument(self, construction: cst.Call, attribute: str) -> cst.BaseExpression | None:
+        """What `construction` passes for the constructor parameter its class stores as `attribute`."""
+        name = dotted_name(construction.func)
+        if name is None or any(arg.star for arg in construction.args):
+            return None
+        owner = self.roles.classes.get(name)
+        if owner is not None:
+            init = self.method_of(owner, "__init__") if name not in self.roles.redefined else None
+            stored = dict((attr, param) for param, attr in stored_parameters(init)) if init is not None else {}
+            return (
+                arguments_of(init, construction, constructor=True).get(stored[attribute])
+                if (init is not None and attribute in stored)
+                else None
+            )
+        summary = self.program.constructor(name, self.roles.imports) if self.program is not None else None
+        param = next((param for param, attr in summary.stores if attr == attribute), None) if summary else None
+        if summary is None or param is None:
+            return None
+        positional = [arg.value for arg in construction.args if arg.keyword is None]
+        given = dict(zip(summary.params[1:], positional, strict=False))
+        given.update((arg.keyword.value, arg.value) for arg in construction.args if arg.keyword is not None)
+        return given.get(param)
+
+    def _named_at(
+        self, passed: cst.BaseExpression, construction: cst.Call, at: cst.CSTNode
+    ) -> cst.BaseExpression | None:
+        """`passed`, an argument of `construction`, named in the scope of `at`: itself in the same scope or, passed
+        in a constructor that stores it too, that attribute of `self` in another method of the same class."""
+        key = dotted_name(passed)
+        built_in, used_in = self.context(construction).scope, self.context(at).scope
+        if key is None:
+            return None
+        if built_in is used_in:
+            return passed
+        built_class = self.collected.owners.get(built_in) if isinstance(built_in, cst.FunctionDef) else None
+        used_class = self.collected.owners.get(used_in) if isinstance(used_in, cst.FunctionDef) else None
+        if built_class is None or built_class is not used_class:
+            return None
+        if key.split(".", 1)[0] == "self":
+            return passed
+        assert isinstance(built_in, cst.FunctionDef)
+        stored = dict(stored_parameters(built_in)) if built_in.name.value == "__init__" else {}
+        return cst.Attribute(cst.Name("self"), cst.Name(stored[key])) if key in stored else None
 
     def method_of(
         self, owner: cst.ClassDef, name: str, seen: frozenset[cst.ClassDef] = frozenset()

@@ -409,6 +409,16 @@ class ModuleProgram:
         summary = self.program.summary(target[0])
         return summary is not None and target[1] in summary.parameterless
 
+    def constructor(self, dotted: str, imports: ImportMap) -> FunctionSummary | None:
+        """The summary of `__init__` of the project class of another module that `dotted` names through `imports`
+        (what it stores of its arguments: `stores`), if it defines one."""
+        ref = name_ref(dotted, imports)
+        target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
+        if target is None or target[0] == self.module:
+            return None
+        summary = self.program.summary(target[0])
+        return summary.functions.get(f"{target[1]}.__init__") if summary is not None else None
+
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""
         ref = name_ref(dotted, imports)

@@ -21,7 +21,7 @@ from gradlint.analysis.facts.roles import Role
 from gradlint.analysis.facts.steps import Kind, runs_when_off, updates_by_hand
 from gradlint.analysis.syntax.collect import Scope
 from gradlint.analysis.syntax.names import last_name, names_in
-from gradlint.analysis.syntax.refs import all_params, call_ref, port, positional_params
+from gradlint.analysis.syntax.refs import all_params, call_ref, port, positional_params, stored_parameters
 from gradlint.analysis.syntax.tree import descendants
 from gradlint.index import Ref
 
@@ -92,6 +92,7 @@ class FunctionSummary:
     varkw: str | None = None  # the name of `**kwargs`, which takes keywords that name no parameter
     keeps: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a method adds it onto or appends it to
     returns_role: str | None = None  # the `Role` value of what every return proves it builds: optimizer, scaler, model
+    stores: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a constructor sets to what it is given
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
             varkw=item["varkw"],
             keeps=tuple((param, attribute) for param, attribute in item["keeps"]),
             returns_role=item["returns_role"],
+            stores=tuple((param, attribute) for param, attribute in item["stores"]),
         )
         for name, item in data["functions"].items()
     }
@@ -195,6 +197,9 @@ class _Summarizer:
             if function in self.collected.owners
             else (),
             returns_role=role.value if (role := self.analysis.roles.returned_role(function)) is not None else None,
+            stores=stored_parameters(function)
+            if function in self.collected.owners and function.name.value == "__init__"
+            else (),
         )
 
     def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:

@@ -4,6 +4,9 @@ A module knows the names it imports, its classes and their bases, but not what o
 modules define. A call it cannot resolve alone becomes a `Ref` (`gradlint.index`): plain
 data that the whole-program model (`gradlint.analysis.project.program`) resolves against the
 other modules' outlines. Building refs never reads another file.
+
+A constructor that sets `self.model = model` stores what its caller passes (`stored_parameters`):
+`Evaluator(model).model` is the caller's `model`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import libcst as cst
 
 from gradlint.analysis.syntax.collect import Context
 from gradlint.analysis.syntax.names import ImportMap, dotted_name
+from gradlint.analysis.syntax.tree import descendants
 from gradlint.index import Ref
 
 BUILTINS = frozenset(dir(builtins))  # `len(x)` in a module with star imports is the builtin
@@ -146,3 +150,47 @@ def arguments_of(
 
 def _item(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.Subscript:
     return cst.Subscript(value=value, slice=[cst.SubscriptElement(cst.Index(index))])
+
+
+def stored_parameters(function: cst.FunctionDef) -> tuple[tuple[str, str], ...]:
+    """(parameter, attribute) for each `self.attribute = parameter` in the straight line of `function`'s body (a
+    constructor keeping what it is given), where the body rebinds neither the parameter nor the attribute."""
+    params = all_params(function) - {"self", "cls"}
+    if not params or not isinstance(function.body, cst.IndentedBlock):
+        return ()
+    bound: dict[str, int] = {}
+    for node in descendants(function.body):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)):
+            targets = [node.target]
+        for target in targets:
+            for element in descendants(target) if isinstance(target, (cst.Tuple, cst.List)) else [target]:
+                key = dotted_name(element) if isinstance(element, cst.BaseExpression) else None
+                if key is not None:
+                    bound[key] = bound.get(key, 0) + 1
+    found = []
+    for line in function.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for statement in line.body:
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+                continue
+            attribute, value = _attribute_of_self(statement.targets[0].target), statement.value
+            if (
+                attribute is not None
+                and isinstance(value, cst.Name)
+                and value.value in params
+                and value.value not in bound
+                and bound.get(f"self.{attribute}") == 1
+            ):
+                found.append((value.value, attribute))
+    return tuple(found)
+
+
+def _attribute_of_self(target: cst.BaseExpression) -> str | None:
+    """`model` for `self.model`: exactly an attribute of `self`."""
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+        return target.attr.value
+    return None

@@ -243,7 +243,7 @@ class ModeSwitches:
             inner = self.events.context(mark.node)
             if inner.scope is helper and off and self.events.needs_any(mark.node, inner.ifs, off, exits):
                 continue  # Ex) evaluate(model, train=False), or run_epoch("val"), never runs `model.train()`
-            models = tuple(rebound(model, helper, call) or model for model in mark.models)
+            models = tuple(self._held(rebound(model, helper, call) or model, call) for model in mark.models)
             marks.append(replace(mark, models=models, site=call, loops=context.loops + mark.loops))
         return marks
 
@@ -353,12 +353,18 @@ class ModeSwitches:
                 if not marks or marks[-1].mode is not Mode.TRAINING:
                     marks.append(Mark(Mode.TRAINING, trained, call, call, context.loops))
             elif effect.kind in (TRAIN, EVAL) and model is not None:
+                model = self._held(model, call)
                 mode = Mode.EVAL if effect.kind == EVAL else Mode.TRAIN
                 key = dotted_name(model)
                 if key is not None:
                     (evaluated.add if mode is Mode.EVAL else evaluated.discard)(key)
                 marks.append(Mark(mode, (model,), call, call, context.loops))
         return marks
+
+    def _held(self, model: cst.BaseExpression, site: cst.CSTNode) -> cst.BaseExpression:
+        """The caller's name for a model a helper switches on an object it was built with (`evaluator.model` after
+        `evaluator = Evaluator(model)` is `model`), else the model as it is."""
+        return self.events.constructed_with(model, site) or model
 
     # Judging one eval switch.
 
