@@ -30,8 +30,10 @@ class EvalModeNotRestored(Rule):
     loop; `eval()` on another module than the one trained (a teacher, an EMA or target
     network kept in eval mode); a submodule put in eval mode right after the parent's
     `train()` (frozen batch norm while fine-tuning); `model.train() if training else
-    model.eval()` and other switches chosen by a branch; Lightning, which switches
-    modes itself, and inference-only code.
+    model.eval()` and other switches chosen by a branch, also a helper's switch that the
+    call's literal argument rules out (`self.predict(x, training=True)` of a helper that
+    runs `if not training: self.model.eval()`); Lightning, which switches modes itself,
+    and inference-only code.
 
     A model loaded with Hugging Face's `from_pretrained` (transformers, diffusers) comes
     back in eval mode: when a manual training loop of the same function steps an optimizer

@@ -885,7 +885,7 @@ def _applied(partial: cst.Call, call: cst.Call) -> cst.Call:
 
 def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool | Given]:
     """Parameters of `helper` that are None or False at `call` (name -> whether the value is None), or a
-    string or number literal (`Given`).
+    string, number or `True` literal (`Given`).
 
     A parameter is switched off when `call` omits it and its default is `None` or `False`,
     or passes the literal `None` or `False` for it; a literal given or defaulted the same way
@@ -900,6 +900,8 @@ def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool |
         value = given.get(param.name.value, param.default)
         if isinstance(value, cst.Name) and value.value in ("None", "False"):
             off[param.name.value] = value.value == "None"
+        elif isinstance(value, cst.Name) and value.value == "True":
+            off[param.name.value] = Given(True)  # decides `if not training:` as a string decides `if mode == "x":`
         elif isinstance(value, (cst.SimpleString, cst.Integer)):
             literal = _literal(value)
             if literal is not None:
@@ -909,7 +911,7 @@ def switched_off_at(helper: cst.FunctionDef, call: cst.Call) -> dict[str, bool |
 
 @dataclass(frozen=True)
 class Given:
-    """A string or integer literal a call passes for a parameter (`run_epoch(loader, "val")`)."""
+    """A string, integer or `True` literal a call passes for a parameter (`run_epoch(loader, "val")`)."""
 
     value: str | int
 
