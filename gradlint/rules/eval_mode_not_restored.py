@@ -32,8 +32,9 @@ class EvalModeNotRestored(Rule):
     `train()` (frozen batch norm while fine-tuning); `model.train() if training else
     model.eval()` and other switches chosen by a branch, also a helper's switch that the
     call's literal argument rules out (`self.predict(x, training=True)` of a helper that
-    runs `if not training: self.model.eval()`); Lightning, which switches modes itself,
-    and inference-only code.
+    runs `if not training: self.model.eval()`); a helper that switches a deep copy
+    (`model = copy.deepcopy(model)`, then `model.eval()`); Lightning, which switches modes
+    itself, and inference-only code.
 
     A model loaded with Hugging Face's `from_pretrained` (transformers, diffusers) comes
     back in eval mode: when a manual training loop of the same function steps an optimizer

@@ -347,6 +347,18 @@ class EventIndex:
                 found = SetByMethod(self.collected.statement_of[call], call, method, assigned)
         return found
 
+    def holds_deep_copy(self, key: str, at: cst.CSTNode) -> bool:
+        """Whether every assignment of `key` that reaches `at` is a deep copy (`model = copy.deepcopy(model)`): a new
+        object, so what is done to it never reaches the object it was copied from."""
+        statement = self.collected.statement_of.get(at, at) if isinstance(at, cst.Call) else at
+        definitions = self.origins.definitions(key, statement)
+        return bool(definitions) and all(
+            definition.binding is Binding.ASSIGN
+            and isinstance(definition.value, cst.Call)
+            and (self.imports.resolve(definition.value.func) or "") == "copy.deepcopy"
+            for definition in definitions
+        )
+
     def constructed_with(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
         """The caller's own name for what `obj.attr` holds, when the one call that builds `obj` passes it to a
         constructor that stores it as `attr` (`keeping.stored_parameters`, from the class's summary when the class

@@ -232,7 +232,11 @@ class _Summarizer:
                 kind, value, via_scaler, retain = classified
                 by_hand = kind is Kind.STEP and updates_by_hand(item)
                 # A tensor updated by hand is reached as an update is: itself, or the iterable a loop takes it from.
-                reached = self._holder(value, item, params) if by_hand and value is not None else port(value, params)
+                reached = (
+                    self._holder(value, item, params)
+                    if by_hand and value is not None
+                    else self._port(value, item, params)
+                )
                 effects.append(
                     Effect(kind.value, reached, via_scaler=via_scaler, retain_graph=retain, by_hand=by_hand, **common)
                 )
@@ -284,6 +288,15 @@ class _Summarizer:
         holder = parameters_holder(tensor, self.events.context(at).loops)
         return port(holder, params) if holder is not None else None
 
+    def _port(self, value: cst.BaseExpression | None, at: cst.CSTNode, params: frozenset[str]) -> str | None:
+        """The port `value` reads at `at`, unless the parameter it starts from holds a deep copy there (`model =
+        copy.deepcopy(model)`): what is done to the copy never reaches the caller's object."""
+        found = port(value, params)
+        head = found.split(".", 1)[0] if found is not None else None
+        if head is None or head in ("self", "cls") or head not in params:
+            return found
+        return None if self.events.holds_deep_copy(head, at) else found
+
     def _nested_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
         """Functions nested in the summarized one that `call` runs (itself, or by a function argument)."""
         found = []
@@ -301,7 +314,7 @@ class _Summarizer:
         method = last_name(func)
         if receiver is not None and self._switches_mode(written, call, receiver, method):
             mode = EVAL if method == "eval" or _is_false(call) else TRAIN
-            return Effect(mode, port(receiver, params), **common)
+            return Effect(mode, self._port(receiver, written, params), **common)
         if self.analysis.roles.role_of_value(written) is Role.OPTIMIZER:
             return Effect(BUILDS_OPTIMIZER, **common)
         if method == "step" and not call.args and port(receiver, params) not in (None, "self"):

@@ -32,6 +32,7 @@ from gradlint.analysis.project.program import ModuleProgram
 from gradlint.analysis.project.summaries import EVAL, TRAIN
 from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.refs import all_params
 
 if TYPE_CHECKING:
     pass
@@ -243,6 +244,8 @@ class ModeSwitches:
             inner = self.events.context(mark.node)
             if inner.scope is helper and off and self.events.needs_any(mark.node, inner.ifs, off, exits):
                 continue  # Ex) evaluate(model, train=False), or run_epoch("val"), never runs `model.train()`
+            if inner.scope is helper and any(self._copied(model, helper, mark.node) for model in mark.models):
+                continue  # Ex) `model = copy.deepcopy(model)` first: the caller's model keeps its mode
             models = tuple(self._held(rebound(model, helper, call) or model, call) for model in mark.models)
             marks.append(replace(mark, models=models, site=call, loops=context.loops + mark.loops))
         return marks
@@ -360,6 +363,11 @@ class ModeSwitches:
                     (evaluated.add if mode is Mode.EVAL else evaluated.discard)(key)
                 marks.append(Mark(mode, (model,), call, call, context.loops))
         return marks
+
+    def _copied(self, model: cst.BaseExpression, helper: cst.FunctionDef, at: cst.CSTNode) -> bool:
+        """Whether `model`, a parameter of `helper` (or an attribute of one), holds a deep copy at `at`."""
+        head = (dotted_name(model) or "").split(".", 1)[0]
+        return head in all_params(helper) - SELF and self.events.holds_deep_copy(head, at)
 
     def _held(self, model: cst.BaseExpression, site: cst.CSTNode) -> cst.BaseExpression:
         """The caller's name for a model a helper switches on an object it was built with (`evaluator.model` after
