@@ -45,6 +45,9 @@ class Project:
         for layout in (package_root / "src", package_root.parent / "src"):
             if layout.is_dir():
                 self.add_root(layout)
+        top = project_top(path.resolve().parent, package_root)
+        if top is not None:
+            self.add_root(top)  # a checkout that is a package itself: its scripts run from it
         return name
 
     def name_of(self, path: Path) -> tuple[Path, str]:
@@ -97,6 +100,16 @@ class Project:
                 if directory not in self.roots:
                     found[directory] = None
         return list(found)
+
+
+def project_top(directory: Path, package_root: Path) -> Path | None:
+    """The directory between `directory` and `package_root` that holds a `PROJECT_MARKERS` file (a checkout whose
+    top has an `__init__.py`: its scripts import `common.evaluators` from there), if there is one."""
+    while directory != package_root and directory.parent != directory:
+        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
+            return directory
+        directory = directory.parent
+    return None
 
 
 def module_name(path: Path) -> tuple[Path, str]:

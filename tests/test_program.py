@@ -370,6 +370,23 @@ def test_relative_imports_resolve_inside_a_package(tmp_path: Path) -> None:
     assert {path for path, _, _ in codes(tmp_path)} == {"app/training/loop.py", "app/cli.py", "app/training/deep.py"}
 
 
+@pytest.mark.parametrize("marker", ["setup.py", ".git", None])
+def test_a_checkout_that_is_a_package_imports_from_its_top(tmp_path: Path, marker: str | None) -> None:
+    # The checkout's top has an `__init__.py`; its scripts run from there and import `common.engine`.
+    files = {
+        "repo/__init__.py": "",
+        "repo/common/__init__.py": "",
+        "repo/common/engine.py": ENGINE,
+        "repo/common/trainers/__init__.py": "",
+        "repo/common/trainers/loop.py": LOOP.replace("from engine import", "from common.engine import"),
+    }
+    if marker is not None:
+        files[f"repo/{marker}"] = ""
+    write(tmp_path, files)
+    found = {path for path, _, _ in codes(tmp_path / "repo" / "common")}
+    assert found == ({"trainers/loop.py"} if marker else set())
+
+
 def test_code_outside_the_project_keeps_its_assumptions(tmp_path: Path) -> None:
     # `engine` is not a module of the project: the call is unknown, as it was before.
     write(tmp_path, {"train.py": LOOP})

@@ -3,9 +3,10 @@
 Shaped after Pysa's models and mypy's incremental mode (see shared/STYLE.md §9):
 
 - A `Project` (`gradlint.project`) finds modules on disk from the linted files: the directory above a file's
-  top package, the file's own directory (a script imports its siblings), and `src/`
-  layouts. It resolves absolute and relative imports, `__init__` re-exports and
-  `from x import *` to the module that defines a name. Nothing outside the project
+  top package, the file's own directory (a script imports its siblings), `src/`
+  layouts, and the checkout's top where that is a package itself. It resolves absolute
+  and relative imports, `__init__` re-exports and `from x import *` to the module that
+  defines a name. Nothing outside the project
   (site-packages) is read: such calls keep the per-module assumptions.
 - A module's `ModuleSummary` is computed from its own code (`summaries.summarize`),
   on demand, once per process, and cached on disk by content hash.
