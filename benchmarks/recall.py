@@ -4,7 +4,8 @@ A batch is a Markdown table of rows (`benchmarks/real-bugs.md` has the format: `
 Repository | Fixing commit | Path : line (before) | Rule | ... |`) and a folder holding, for
 each row, the repository's Python files at the commit before the fix and at the fix
 (`ROW/before/`, `ROW/after/`, exported with `git archive`). Each file is linted as a user
-would lint it in its checkout (`gradlint check FILE`: the whole program reached from it),
+would lint it in its checkout (`gradlint check FILE`: the whole program reached from it; an
+empty `.git` folder marks each tree's top as a checkout's is marked),
 with every rule on (`--preview`). A row is **reported** when a finding of its rule points
 at one of the row's lines (the buggy line, or the calls the cell names); after the fix it
 is **quiet** when no finding of its rule stands on a line whose text a reported finding
@@ -77,6 +78,8 @@ def parse_rows(table: Path) -> list[Row]:
 
 
 def _findings(tree: Path, path: str) -> list[Diagnostic]:
+    # An exported tree lacks the checkout's `.git`, which marks where its scripts run (gradlint.project.project_top).
+    (tree / ".git").mkdir(exist_ok=True)
     config = Config(preview=True, root=tree)
     return list(lint_paths([tree / path], config, jobs=1))
 
