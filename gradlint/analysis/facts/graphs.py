@@ -261,13 +261,8 @@ class Graphs:
         if key is None or definition is None or definition.value is None:
             return False
         value = definition.value
-        if dotted_name(value) is not None and self._depth <= MAX_DEPTH:
-            # Ex) proxy = gates: another name for the same tensor, saved if that one was
-            self._depth += 1
-            try:
-                return self.saved_for_backward(value, definition)
-            finally:
-                self._depth -= 1
+        if dotted_name(value) is not None and self._aliases_saved(value, definition):
+            return True  # Ex) proxy = gates: another name for the same tensor, saved if that one was
         if is_container(value) or isinstance(value, cst.Tuple):
             return False
         if self._returns_saved_output(value, definition):
@@ -284,6 +279,16 @@ class Graphs:
             if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
         ]
         return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
+
+    def _aliases_saved(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether the tensor `value` names at `at` (where another name is bound to it) was saved already."""
+        if self._depth > MAX_DEPTH:
+            return False
+        self._depth += 1
+        try:
+            return self.saved_for_backward(value, at)
+        finally:
+            self._depth -= 1
 
     def _returns_saved_output(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Whether `value`, evaluated at statement `at`, is the output of an operation that saved it (`torch.exp(h)`,
