@@ -44,8 +44,9 @@ DRAWS = (
     "draw 7 of 2026-12-06: 45 libraries, 2.15 million lines, gradlint 5bbbfda",
     "draw 8 of 2026-12-06: 53 libraries, 1.23 million lines, gradlint 3ce4752",
     "draw 9 of 2026-12-06: 61 libraries, 2.36 million lines, gradlint e5c945d",
+    "draw 10 of 2026-12-07: 61 libraries, 0.97 million lines, gradlint c13eb6b",
 )
-LINES = "15.17 million"
+LINES = "16.14 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -61,6 +62,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(23, 23),
         Measured(4, 3),
         Measured(2, 2),
+        Measured(1, 0),
     ),
     "GL002": (
         Measured(3, 0),
@@ -72,8 +74,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 0),
         Measured(2, 0),
         Measured(1, 0),
+        Measured(1, 0),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -84,6 +87,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(2, 0),
         Measured(4, 0),
+        Measured(1, 0),
     ),
     "GL005": (
         Measured(1, 0),
@@ -95,9 +99,10 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(24, 20),
         NONE,
         Measured(5, 2),
+        NONE,
     ),
-    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE),
-    "GL007": (NONE, Measured(4, 4), NONE, NONE, Measured(6, 6), NONE, Measured(3, 3), NONE, NONE),
+    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE, NONE),
+    "GL007": (NONE, Measured(4, 4), NONE, NONE, Measured(6, 6), NONE, Measured(3, 3), NONE, NONE, Measured(3, 2)),
     "GL008": (
         Measured(5, 0),
         Measured(5, 0),
@@ -107,6 +112,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(2, 0),
+        NONE,
         NONE,
     ),
     "GL009": (
@@ -119,10 +125,11 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(25, 22),
         Measured(46, 42),
         Measured(6, 4),
+        Measured(6, 3),
     ),
-    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE),
-    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE),
-    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE),
+    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, Measured(2, 0)),
+    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE),
+    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE, NONE),
     "GL016": (
         Measured(1, 0),
         Measured(3, 2),
@@ -133,6 +140,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 0),
         Measured(1, 0),
         Measured(6, 2),
+        NONE,
     ),
     "GL017": (
         Measured(2, 0),
@@ -144,8 +152,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 1),
         Measured(2, 0),
         Measured(1, 0),
+        Measured(1, 1),
     ),
-    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE, NONE, Measured(2, 2), NONE, Measured(1, 0), NONE),
+    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE, NONE, Measured(2, 2), NONE, Measured(1, 0), NONE, NONE),
     "GL019": (
         Measured(3, 0),
         NONE,
@@ -156,8 +165,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 2),
         Measured(1, 0),
         Measured(1, 0),
+        NONE,
     ),
-    "GL022": (Measured(2, 1), NONE, NONE, NONE, Measured(1, 0), NONE, Measured(1, 1), NONE, Measured(4, 2)),
+    "GL022": (Measured(2, 1), NONE, NONE, NONE, Measured(1, 0), NONE, Measured(1, 1), NONE, Measured(4, 2), NONE),
 }
 
 
