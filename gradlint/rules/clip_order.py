@@ -38,7 +38,9 @@ class ClipOrder(Rule):
     multiplied by the scale (65536 at first). Clipping them to `max_norm=1.0` before
     `scaler.unscale_(optimizer)` shrinks every update by that factor, so training
     effectively stops. Call `scaler.unscale_(optimizer)` between `backward()` and the
-    clip; `scaler.step(optimizer)` then knows they are unscaled.
+    clip; `scaler.step(optimizer)` then knows they are unscaled. Where a flag chooses mixed
+    precision (`if mixed: scaler.scale(loss).backward(); scaler.unscale_(opt) else:
+    loss.backward()`, then the clip), the unscale in the arm that scaled covers that arm.
 
     A helper that backpropagates and leaves the step to its callers (a multi-task
     weighting's `backward(losses)`) is judged on its own: a clip that comes before its
@@ -189,16 +191,27 @@ class ClipOrder(Rule):
     ) -> None:
         # Walk back from the clip (round the loop if needed) to the backward that made the gradients, or to
         # each of the alternatives (`if scaler is not None: scaler.scale(loss).backward() else: loss.backward()`).
+        # An `unscale_` in the arm of one alternative (`if amp: scaler.scale(loss).backward(); scaler.unscale_(opt)
+        # else: loss.backward()`) unscales that alternative's gradients only.
         exclusive = self.analysis.branches.exclusive
         found: list[Event] = []
+        unscales: list[Event] = []
+        unscaled: set[int] = set()
         for event in (*reversed(before), *reversed(wrapped)):
-            if event.kind is Kind.UNSCALE and not any(exclusive(event, other) for other in found):
-                break
-            if event.kind is Kind.BACKWARD:
+            if event.kind is Kind.UNSCALE:
+                if not any(exclusive(event, other) for other in found):
+                    break
+                unscales.append(event)
+            elif event.kind is Kind.BACKWARD:
                 if found and not all(exclusive(event, other) for other in found):
                     break
                 found.append(event)
-        scaled = next((event for event in found if event.via_scaler or self._scaled_value(event)), None)
+                if any(not exclusive(unscale, event) for unscale in unscales):
+                    unscaled.add(id(event))
+        scaled = next(
+            (e for e in found if id(e) not in unscaled and (e.via_scaler or self._scaled_value(e))),
+            None,
+        )
         if scaled is not None:
             story = [(scaled.site, "the gradients are scaled by this backward")]
             self.report(self._where(clip, scaled), SCALED, self._unscale_first(step, clip), story)
