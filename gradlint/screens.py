@@ -1,7 +1,7 @@
 """Screens: what a rule's own findings need in a file's shape, read with CPython's parser first.
 
 A rule's `requires` tokens decide cheaply which files it could fire on, but some rules
-need a shape that tokens cannot see: GL009 needs an evaluation loop, and the words that
+need a shape that tokens cannot see: GL009 needs evaluation code, and the words that
 make one (`for`, `eval`, `data`) are in nearly every file of a PyTorch project. A
 screen answers from the standard `ast` tree, which CPython builds in a fraction of a
 LibCST parse, whether that shape is there. It is a necessary condition, never a finding:
@@ -10,7 +10,7 @@ would report (`tests/test_prefilter_pool_cache.py` lints every fixture with and 
 the prefilter). The engine asks a file's screens only when every rule that could fire
 on it has one; a file that some other rule makes it parse anyway is not read twice.
 
-The vocabulary the screens read (how a loop names its loader) is the analysis's too:
+The vocabulary the screens read (how a loop names its loader, which methods detach) is the analysis's too:
 `gradlint.analysis.training.evaluation` imports it from here, so the two cannot drift.
 """
 
@@ -25,16 +25,19 @@ LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_
 # Calls that hand on what they iterate: `for i, (x, y) in enumerate(tqdm(loader))` iterates `loader`.
 ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "zip", "iter", "track", "islice", "progress_bar", "trange"})
 DATA_LOADER = "DataLoader"
+# Methods that cut a tensor's graph: a forward whose output only reaches these recorded its graph for nothing.
+DETACHING = frozenset({"detach", "item", "tolist", "numpy", "argmax", "argmin"})
 MAX_BINDING_DEPTH = 3  # `tq = tqdm(it)`, `it = iter(loader)`: how many local names to follow back
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def evaluation_loops(tree: ast.Module) -> bool:
-    """Whether some loop could be evaluation code (`Evaluation.regions`): a loop in a scope that switches a
-    module's mode (`model.eval()`, `model.train(flag)`), or a loop of a function over what could be a loader
-    (a name like one, a `DataLoader(...)`, or a local name assigned one, through `enumerate`/`tqdm`)."""
+def evaluation_code(tree: ast.Module) -> bool:
+    """Whether some code could be evaluation code (`Evaluation.regions`): a loop in a scope that switches a
+    module's mode (`model.eval()`, `model.train(flag)`), a scope that switches one and detaches what it computes
+    (one inference pass whose graph is thrown away), or a loop of a function over what could be a loader (a name
+    like one, a `DataLoader(...)`, or a local name assigned one, through `enumerate`/`tqdm`)."""
     scopes: list[ast.Module | _Function] = [tree]  # the module first: its imports hold for every function
     loaders = {DATA_LOADER}
     while scopes:
@@ -42,10 +45,11 @@ def evaluation_loops(tree: ast.Module) -> bool:
         nodes = list(_own_nodes(scope, scopes))
         loaders.update(_data_loader_names(nodes))
         loops = [node for node in nodes if isinstance(node, _LOOPS)]
+        switches = any(_switches_mode(node) for node in nodes)
+        if switches and (loops or any(_detaches(node) for node in nodes)):
+            return True
         if not loops:
             continue
-        if any(_switches_mode(node) for node in nodes):
-            return True
         if isinstance(scope, ast.Module):
             continue  # only a function is evaluation code by its shape
         assigned = _assignments(nodes)
@@ -54,7 +58,7 @@ def evaluation_loops(tree: ast.Module) -> bool:
     return False
 
 
-SCREENS: dict[str, Callable[[ast.Module], bool]] = {"evaluation_loops": evaluation_loops}
+SCREENS: dict[str, Callable[[ast.Module], bool]] = {"evaluation_code": evaluation_code}
 
 
 def _own_nodes(scope: ast.Module | _Function, nested: list[ast.Module | _Function]) -> Iterator[ast.AST]:
@@ -75,6 +79,13 @@ def _own_nodes(scope: ast.Module | _Function, nested: list[ast.Module | _Functio
 
 def _switches_mode(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("eval", "train")
+
+
+def _detaches(node: ast.AST) -> bool:
+    """A call of a method that cuts a graph (`out.detach()`, `.numpy()`, `.item()`), or a read of `.data`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in DETACHING
+    return isinstance(node, ast.Attribute) and node.attr == "data"
 
 
 def _assignments(nodes: list[ast.AST]) -> dict[str, list[ast.expr]]:

@@ -16,7 +16,7 @@ import pytest
 from gradlint import lint_source
 from gradlint.catalog import rule_infos
 from gradlint.index import standard_tree
-from gradlint.screens import SCREENS, evaluation_loops
+from gradlint.screens import SCREENS, evaluation_code
 
 PASSES = {
     "a switch to eval mode in the loop's scope": """
@@ -49,6 +49,10 @@ PASSES = {
             for x in DL(dataset_):
                 model(x)
     """,
+    "one pass after a switch, its output detached": """
+        model.eval()
+        print(model(x).detach())
+    """,
     "a loop in an async function over `ds`": """
         async def predict(model, ds):
             async for x in ds:
@@ -56,7 +60,7 @@ PASSES = {
     """,
 }
 FAILS = {
-    "no loop": """
+    "no loop and nothing detached": """
         model.eval()
         model(x)
     """,
@@ -90,20 +94,20 @@ FAILS = {
 
 
 @pytest.mark.parametrize("name", PASSES)
-def test_evaluation_loops_let_through_what_may_be_evaluation_code(name: str) -> None:
+def test_evaluation_code_lets_through_what_may_be_evaluation_code(name: str) -> None:
     tree = standard_tree(textwrap.dedent(PASSES[name]).encode())
-    assert tree is not None and evaluation_loops(tree)
+    assert tree is not None and evaluation_code(tree)
 
 
 @pytest.mark.parametrize("name", FAILS)
-def test_evaluation_loops_keep_out_what_cannot_be(name: str) -> None:
+def test_evaluation_code_keeps_out_what_cannot_be(name: str) -> None:
     tree = standard_tree(textwrap.dedent(FAILS[name]).encode())
-    assert tree is not None and not evaluation_loops(tree)
+    assert tree is not None and not evaluation_code(tree)
 
 
 def test_every_screen_a_rule_names_exists() -> None:
     named = {rule.screen for rule in rule_infos().values() if rule.screen}
-    assert named == {"evaluation_loops"} and named <= set(SCREENS)
+    assert named == {"evaluation_code"} and named <= set(SCREENS)
 
 
 def test_a_file_only_a_screened_rule_could_fire_on_is_parsed_only_when_its_screen_passes(

@@ -24,7 +24,11 @@ class EvalWithoutNoGrad(Rule):
 
     Evaluation code is a loop after `model.eval()` (up to the next
     `model.train()`), or a function that runs the model over a loader and never
-    backpropagates, steps or touches an optimizer. A function that trains or validates
+    backpropagates, steps or touches an optimizer. One forward after `model.eval()` outside
+    any loop is reported where the code itself throws its graph away: every use of its
+    output is detached (`self.model(x).detach().cpu().numpy()`, `model(x).argmax(1).tolist()`,
+    `out[0].item()`), so the graph serves nothing; an output returned or kept as it is may be
+    backpropagated by a caller and is left alone. A function that trains or validates
     by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, or
     `model.train(mode=is_train)`, the backward under `if is_train:`) is evaluation code
     for the flag's validation value, unless every call of the module passes the training
@@ -78,8 +82,8 @@ class EvalWithoutNoGrad(Rule):
         "recording a graph that is never used and wasting memory and time"
     )
     quiet_in_tests = True
-    requires = ((b"for", b"while"),)
-    screen = "evaluation_loops"
+    requires = ((b"for", b"while", b".eval("),)
+    screen = "evaluation_code"
     example = """
         model.eval()
         for x, y in val_loader:
@@ -96,9 +100,9 @@ class EvalWithoutNoGrad(Rule):
 
     def check_module(self) -> None:
         for call in self.analysis.evaluation.graph_building_forwards():
-            loop = self.analysis.context(call).loops[-1]
+            loops = self.analysis.context(call).loops
             inner = self.analysis.evaluation.helper_forward(call)
-            related: list[tuple[cst.CSTNode, str]] = [(loop, "every iteration records a graph")]
+            related: list[tuple[cst.CSTNode, str]] = [(loops[-1], "every iteration records a graph")] if loops else []
             if inner is None:
                 runs = f"`{self.analysis.code(call.func)}` runs"
             else:

@@ -53,7 +53,7 @@ from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
 from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import descendants
-from gradlint.screens import ITERATION_WRAPPERS, LOADER_NAME, MAX_BINDING_DEPTH
+from gradlint.screens import DETACHING, ITERATION_WRAPPERS, LOADER_NAME, MAX_BINDING_DEPTH
 
 TRAINING_NAME = re.compile(
     r"(?i).*(train|fit|step|update|optimi[sz]|learn|backward|loss|attack|advers|perturb|saliency|grad|explain"
@@ -68,6 +68,10 @@ END = 1 << 62
 # torch's loaders, by qualified name: iterating one draws batches.
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 MAX_CALLER_DEPTH = 4
+# Methods a value passes through on its way to a detaching one (`out.cpu().numpy()`).
+PASSING = frozenset(
+    {"cpu", "cuda", "to", "float", "double", "half", "squeeze", "unsqueeze", "contiguous", "view", "reshape", "flatten"}
+)
 # Calls that give numbers to iterate over, not data.
 NUMBER_SEQUENCES = frozenset({"range", "trange", "linspace", "arange", "logspace", "geomspace"})
 # torch's own `nn.Module` methods, none of which runs the module's forward.
@@ -114,6 +118,7 @@ class Evaluation:
         self.callers = callers
         self.forwards = ForwardCalls(collected, roles, events)
         self._exits: dict[Region, list[int]] = {}
+        self._receivers: dict[Scope, frozenset[int]] = {}
         self._tries: dict[Scope, dict[cst.ExceptHandler, cst.Try]] = {}  # the `try` of each `except`, per scope
 
     def iterates_loader(self, loop: Loop) -> bool:
@@ -147,15 +152,89 @@ class Evaluation:
             scope = self.collected.contexts[loop].scope
             looping[scope] = looping.get(scope, False) or self.iterates_loader(loop)
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
-        for scope in (scope for scope in scopes if scope in looping and not self._is_module_forward(scope)):
-            for region in self.regions(scope, by_shape=looping[scope]):
+        discarded: list[cst.Call] = []
+        for scope in (scope for scope in scopes if not self._is_module_forward(scope)):
+            for region in self.regions(scope, by_shape=looping.get(scope, False)):
                 if self._wants_gradients(region):
                     continue
                 for call in self._forwards_in(region):
                     loop = self.collected.contexts[call].loops[-1]
                     if loop not in first or self.collected.order[call] < self.collected.order[first[loop]]:
                         first[loop] = call
-        return sorted(first.values(), key=self.collected.order.__getitem__)
+                discarded.extend(self._discarded_forwards(region)[:1])
+        return sorted({*first.values(), *discarded}, key=self.collected.order.__getitem__)
+
+    def _discarded_forwards(self, region: Region) -> list[cst.Call]:
+        """The forwards after `model.eval()` outside any loop whose output the code itself throws the graph of away:
+        every use of it is detached (`out.detach()`, `out.cpu().numpy()`, `out.argmax(1)`, `out.item()`), so the
+        graph recorded for it serves nothing (one inference pass, `def predict(x): model.eval(); return
+        model(x).detach()`)."""
+        if region.over_loader:
+            return []
+        found = []
+        for call in self.collected.calls_in_scope(region.scope):
+            context = self.collected.contexts[call]
+            if context.loops or context.profiled or not self._in_region(region, call):
+                continue
+            if not self.forwards.is_forward(call) or not self._records(call):
+                continue
+            if self._builds_no_graph(call) or self._forward_needs_gradients(call) or self._retries_with_gradients(call):
+                continue
+            if self._only_detached(call, region.scope):
+                found.append(call)
+        return found
+
+    def _only_detached(self, call: cst.Call, scope: Scope) -> bool:
+        """Whether every use of what `call` returns is detached: the call itself, or the one name bound to it."""
+        receivers = self._detached_receivers(scope)
+        if id(call) in receivers:
+            return True
+        statement = self.collected.statement_of.get(call)
+        if not (
+            isinstance(statement, cst.Assign)
+            and statement.value is call
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
+            return False
+        key = statement.targets[0].target.value
+        uses = [
+            node
+            for other in self.collected.statements_in_scope(scope)
+            for node in descendants(other)
+            if isinstance(node, cst.Name) and node.value == key and node is not statement.targets[0].target
+        ]
+        return bool(uses) and all(id(node) in receivers for node in uses)
+
+    def _detached_receivers(self, scope: Scope) -> frozenset[int]:
+        """The nodes of `scope` whose value reaches only a detaching method or `.data`, through moves, casts,
+        reshapes and indexing (`out[0].cpu().numpy()`): ids of the innermost receivers."""
+        if scope not in self._receivers:
+            found: set[int] = set()
+            nodes = [node for statement in self.collected.statements_in_scope(scope) for node in descendants(statement)]
+            for node in nodes:
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                    cut, value = node.func.attr.value in DETACHING, node.func.value
+                elif isinstance(node, cst.Attribute) and node.attr.value == "data":
+                    cut, value = True, node.value
+                else:
+                    continue
+                if not cut:
+                    continue
+                while True:
+                    found.add(id(value))
+                    if isinstance(value, cst.Subscript):
+                        value = value.value
+                    elif (
+                        isinstance(value, cst.Call)
+                        and isinstance(value.func, cst.Attribute)
+                        and value.func.attr.value in PASSING
+                    ):
+                        value = value.func.value
+                    else:
+                        break
+            self._receivers[scope] = frozenset(found)
+        return self._receivers[scope]
 
     def _is_module_forward(self, scope: Scope) -> bool:
         """Whether `scope` is the `forward` of a class proven an nn.Module: it runs in the grad mode of whoever calls
