@@ -32,6 +32,7 @@ EXTRA: dict[str, Callable[[Any], tuple[Any, ...]]] = {
     "gather": lambda x: (1, torch.zeros(x.shape[0], 1, dtype=torch.long)),
     "cdist": lambda x: (torch.rand(5, 4, requires_grad=True),),
     "logsumexp": lambda x: (-1,),
+    "softmin": lambda x: (-1,),
 }
 SHAPES = {"conv1d": (2, 3, 4), "conv2d": (2, 3, 4, 4), "conv3d": (2, 3, 4, 4, 4), "group_norm": (2, 4, 3)}
 
