@@ -26,6 +26,7 @@ class Project:
         self.roots: list[Path] = []
         self._located: dict[str, Path | None] = {}
         self._names: dict[Path, tuple[Path, str]] = {}
+        self._tops: dict[Path, Path | None] = {}  # a file's directory -> the checkout's top (`project_top`)
         self._searched: list[Path] | None = None
         for root in roots:
             self.add_root(root)
@@ -40,12 +41,15 @@ class Project:
 
     def add_file(self, path: Path) -> str:
         """Make the roots of `path` known and return its dotted module name."""
-        package_root, name = self.name_of(path.resolve())
+        path = path.resolve()
+        package_root, name = self.name_of(path)
         self.add_root(package_root)  # a script's own directory, or the one above its top package
         for layout in (package_root / "src", package_root.parent / "src"):
             if layout.is_dir():
                 self.add_root(layout)
-        top = project_top(path.resolve().parent, package_root)
+        if path.parent not in self._tops:  # one walk per directory, not per file
+            self._tops[path.parent] = project_top(path.parent, package_root)
+        top = self._tops[path.parent]
         if top is not None:
             self.add_root(top)  # a checkout that is a package itself: its scripts run from it
         return name

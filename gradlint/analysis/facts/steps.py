@@ -158,19 +158,9 @@ class Project(Protocol):
 
     def parameterless(self, dotted: str, imports: ImportMap) -> bool: ...
 
-    def constructor(self, dotted: str, imports: ImportMap) -> Constructor | None: ...
-
-
-class Constructor(Protocol):
-    """What the summary of another module's `__init__` says of the arguments it is given."""
-
-    @property
-    def params(self) -> tuple[str, ...]:
-        """Its parameters filled by position, `self` first."""
-
-    @property
-    def stores(self) -> tuple[tuple[str, str], ...]:
-        """(parameter, attribute of self) it sets to what it is given."""
+    def stored_argument(
+        self, construction: cst.Call, attribute: str, imports: ImportMap
+    ) -> cst.BaseExpression | None: ...
 
 
 @dataclass(frozen=True)
@@ -361,8 +351,8 @@ class EventIndex:
 
     def constructed_with(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
         """The caller's own name for what `obj.attr` holds, when the one call that builds `obj` passes it to a
-        constructor that stores it as `attr` (`keeping.stored_parameters`, from the class's summary when the class
-        is another module's), in the terms of the scope of `at`: `model` for `evaluator.model` after `evaluator =
+        constructor that stores it as `attr` (`refs.stored_parameters`, from the class's summary when the class is
+        another module's), in the terms of the scope of `at`: `model` for `evaluator.model` after `evaluator =
         Evaluator(model)`; `self.model` where `__init__` built `self.evaluator = Evaluator(model)` and set
         `self.model = model`. None where the code does not show it."""
         if not isinstance(value, cst.Attribute) or (owner := dotted_name(value.value)) is None:
@@ -379,22 +369,13 @@ class EventIndex:
         if name is None or any(arg.star for arg in construction.args):
             return None
         owner = self.roles.classes.get(name)
-        if owner is not None:
-            init = self.method_of(owner, "__init__") if name not in self.roles.redefined else None
-            stored = dict((attr, param) for param, attr in stored_parameters(init)) if init is not None else {}
-            return (
-                arguments_of(init, construction, constructor=True).get(stored[attribute])
-                if (init is not None and attribute in stored)
-                else None
-            )
-        summary = self.program.constructor(name, self.roles.imports) if self.program is not None else None
-        param = next((param for param, attr in summary.stores if attr == attribute), None) if summary else None
-        if summary is None or param is None:
+        if owner is None:  # a class of another module: its summary says what its `__init__` stores
+            return self.program.stored_argument(construction, attribute, self.roles.imports) if self.program else None
+        init = self.method_of(owner, "__init__") if name not in self.roles.redefined else None
+        param = {attr: param for param, attr in stored_parameters(init)}.get(attribute) if init is not None else None
+        if init is None or param is None:
             return None
-        positional = [arg.value for arg in construction.args if arg.keyword is None]
-        given = dict(zip(summary.params[1:], positional, strict=False))
-        given.update((arg.keyword.value, arg.value) for arg in construction.args if arg.keyword is not None)
-        return given.get(param)
+        return arguments_of(init, construction, constructor=True).get(param)
 
     def _named_at(
         self, passed: cst.BaseExpression, construction: cst.Call, at: cst.CSTNode

@@ -32,7 +32,7 @@ import libcst as cst
 from gradlint.analysis.facts.steps import Event, EventIndex, Kind
 from gradlint.analysis.project.summaries import CALL, Effect, FunctionSummary, ModuleSummary, from_data, to_data
 from gradlint.analysis.syntax.collect import Collected, Context
-from gradlint.analysis.syntax.names import ImportMap
+from gradlint.analysis.syntax.names import ImportMap, dotted_name
 from gradlint.analysis.syntax.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref, name_ref
 from gradlint.index import Outlines, Ref
 
@@ -410,15 +410,22 @@ class ModuleProgram:
         summary = self.program.summary(target[0])
         return summary is not None and target[1] in summary.parameterless
 
-    def constructor(self, dotted: str, imports: ImportMap) -> FunctionSummary | None:
-        """The summary of `__init__` of the project class of another module that `dotted` names through `imports`
-        (what it stores of its arguments: `stores`), if it defines one."""
-        ref = name_ref(dotted, imports)
+    def stored_argument(self, construction: cst.Call, attribute: str, imports: ImportMap) -> cst.BaseExpression | None:
+        """What `construction`, a call of a project class of another module, passes for the `__init__` parameter that
+        the class stores as `attribute` (its summary's `stores`); None where that is not shown."""
+        dotted = dotted_name(construction.func)
+        ref = name_ref(dotted, imports) if dotted is not None else None
         target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
         if target is None or target[0] == self.module:
             return None
         summary = self.program.summary(target[0])
-        return summary.functions.get(f"{target[1]}.__init__") if summary is not None else None
+        init = summary.functions.get(f"{target[1]}.__init__") if summary is not None else None
+        param = next((param for param, stored in init.stores if stored == attribute), None) if init else None
+        if init is None or param is None:
+            return None
+        positional = [arg.value for arg in construction.args if arg.keyword is None and not arg.star]
+        keywords = {arg.keyword.value: arg.value for arg in construction.args if arg.keyword is not None}
+        return bind(init, positional, keywords, cst.Name("self")).get(param)
 
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""

@@ -211,28 +211,12 @@ class Evaluation:
         reshapes and indexing (`out[0].cpu().numpy()`): ids of the innermost receivers."""
         if scope not in self._receivers:
             found: set[int] = set()
-            nodes = [node for statement in self.collected.statements_in_scope(scope) for node in descendants(statement)]
-            for node in nodes:
-                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-                    cut, value = node.func.attr.value in DETACHING, node.func.value
-                elif isinstance(node, cst.Attribute) and node.attr.value == "data":
-                    cut, value = True, node.value
-                else:
-                    continue
-                if not cut:
-                    continue
-                while True:
-                    found.add(id(value))
-                    if isinstance(value, cst.Subscript):
-                        value = value.value
-                    elif (
-                        isinstance(value, cst.Call)
-                        and isinstance(value.func, cst.Attribute)
-                        and value.func.attr.value in PASSING
-                    ):
-                        value = value.func.value
-                    else:
-                        break
+            for statement in self.collected.statements_in_scope(scope):
+                for node in descendants(statement):
+                    value = _cut_operand(node)
+                    while value is not None:
+                        found.add(id(value))
+                        value = _passed_through(value)
             self._receivers[scope] = frozenset(found)
         return self._receivers[scope]
 
@@ -561,6 +545,24 @@ class Evaluation:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
         sites = self.callers.call_sites(context.function) if context.function is not None else []
         return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
+
+
+def _cut_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `node` cuts the graph of: `out` of `out.detach()`, `out.numpy()`, `out.argmax(1)` or `out.data`."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in DETACHING:
+        return node.func.value
+    if isinstance(node, cst.Attribute) and node.attr.value == "data":
+        return node.value
+    return None
+
+
+def _passed_through(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The tensor `value` moves, casts, reshapes or indexes (`out` of `out[0]`, `out.cpu()`), if it does."""
+    if isinstance(value, cst.Subscript):
+        return value.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in PASSING:
+        return value.func.value
+    return None
 
 
 def _may_pass(function: cst.FunctionDef, site: cst.Call, phase: dict[str, bool | Given]) -> bool:
