@@ -43,7 +43,10 @@ class LossAccumulation(Rule):
     keeps the graph as `+=` does. What is backpropagated carries a graph however it was
     computed (`loss = sum(losses)` over heads of unknown type, then `loss.backward()`), a
     list that such values were appended to carries it too, and so does what
-    `optimizer.step(closure)` hands back when the closure returns the loss.
+    `optimizer.step(closure)` hands back when the closure returns the loss. The container
+    a backpropagated value was taken out of holds its graph (`output = self.train_step(batch)`,
+    then `output["loss"].backward()`: keeping `output` keeps the graph), though what its other
+    entries hold stays unknown.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is
@@ -216,14 +219,16 @@ class LossAccumulation(Rule):
             return  # kept on purpose: the function backpropagates the kept values later
         self.report(
             statement,
-            self._named(key, value),
+            self._named(statement, key, value),
             self._fix(statement, key, value),
             self._story(statement, value, region_node),
         )
 
-    def _named(self, key: str, value: cst.BaseExpression) -> str:
+    def _named(self, statement: cst.CSTNode, key: str, value: cst.BaseExpression) -> str:
         kept = self.analysis.code(value)
-        what = "which holds a" if isinstance(value, (cst.Dict, cst.List, cst.Tuple, cst.Set)) else "a"
+        scope = self.analysis.context(statement).scope
+        holds = isinstance(value, (cst.Dict, cst.List, cst.Tuple, cst.Set))
+        what = "which holds a" if holds or self.analysis.values.holds_backpropagated(value, scope) else "a"
         return (
             f"`{key}` keeps `{kept}`, {what} tensor with autograd history, across iterations: "
             "every step's graph stays alive"

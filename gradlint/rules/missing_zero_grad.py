@@ -9,6 +9,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.facts.origins import Binding, Definition
+from gradlint.analysis.facts.steps import straight_run
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, operand_names
 from gradlint.analysis.syntax.tree import children
@@ -24,6 +25,11 @@ CLEAR_EVERY_MICRO_BATCH = (
 STALE = (
     "`{optimizer}` steps twice with no clear between: this backward adds onto the gradients its last step "
     "applied, so the next step applies them again"
+)
+
+FOREIGN = (
+    "`{optimizer}` steps with the gradients the backward of `{loss}` left on `{model}` for another optimizer: "
+    "nothing clears `{model}` between that backward and this one"
 )
 
 MAX_DEPTH = 4
@@ -61,6 +67,16 @@ class MissingZeroGrad(Rule):
     opt.step()` in a loop), the first step of each iteration applies the second's gradients
     of the iteration before once more. Judged only where the steps, clears and backwards run
     unconditionally in the step.
+
+    A backward through the models of two optimizers leaves gradients on both. A GAN that
+    backpropagates the generator's loss (computed through the discriminator), steps the
+    generator, then backpropagates and steps the discriminator with no clear of the
+    discriminator in between, updates the discriminator with the generator's objective too.
+    Which models a loss reaches is traced through the step's own assignments and the
+    module's helpers (`.detach()` cuts), which models an optimizer updates through its
+    constructor; a step that may freeze a model (a `requires_grad` written there, the model
+    handed to a call such as `set_requires_grad(netD, False)`) or runs under an `if` of its
+    own is not judged.
 
     A clear in one arm of an `if` covers only the steps of that arm: `if amp:
     opt.zero_grad(); ...; scaler.step(opt) else: loss.backward(); opt.step()` never clears
@@ -114,6 +130,20 @@ class MissingZeroGrad(Rule):
                 (current.site, "and this one applies them again"),
             ]
             self.report(backward.site, named, related=story)
+            return
+        for foreign in self.analysis.updates.foreign_gradients(step):
+            code = self.analysis.code
+            named = FOREIGN.format(
+                optimizer=code(foreign.applied.value) if foreign.applied.value else "the optimizer",
+                loss=code(foreign.backward.value) if foreign.backward.value else "the first loss",
+                model=foreign.model,
+            )
+            story = [
+                (foreign.backward.site, f"this backward puts gradients on `{foreign.model}` too"),
+                (foreign.taken.site, "they were for this step"),
+                (foreign.applied.site, f"and this step applies them with `{foreign.model}`'s own"),
+            ]
+            self.report(foreign.own.site, named, related=story)
             return
         steps = [(event.site, "the optimizer steps here") for event in step.of_kind(Kind.STEP)]
         for clear in step.of_kind(Kind.CLEAR):
@@ -196,9 +226,8 @@ class MissingZeroGrad(Rule):
             for event in step.of_kind(Kind.STEP)
             if event.direct and not event.by_hand and not self._fresh_single_step(step, event)
         ]
-        events = [event for event in step.events if event.kind in (Kind.BACKWARD, Kind.STEP, Kind.CLEAR)]
-        base = len(self.analysis.context(step.node).ifs) if not isinstance(step.node, cst.FunctionDef) else 0
-        if any(event.ifs[base:] or event.arms for event in events):
+        events = straight_run(step, self.analysis.collected)
+        if events is None:
             return None
         cyclic = not isinstance(step.node, cst.FunctionDef)
         for target in dict.fromkeys(event.target for event in steps if event.target is not None):

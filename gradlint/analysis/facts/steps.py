@@ -94,6 +94,16 @@ class TrainingStep:
         return [event for event in self.events if event.kind in kinds]
 
 
+def straight_run(step: TrainingStep, collected: Collected) -> list[Event] | None:
+    """The backwards, steps and clears of `step`, when each runs every time the step does: None when one sits under
+    an `if` of the step's own, or in one arm of a function of another module (`Event.arms`)."""
+    events = step.of_kind(Kind.BACKWARD, Kind.STEP, Kind.CLEAR)
+    base = 0 if isinstance(step.node, cst.FunctionDef) else len(collected.contexts[step.node].ifs)
+    if any(event.ifs[base:] or event.arms for event in events):
+        return None
+    return events
+
+
 def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:

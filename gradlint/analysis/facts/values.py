@@ -67,6 +67,8 @@ VALUES_AND_INDICES = frozenset(
 # Builtins that hand out their argument's items unchanged: `for loss in reversed(losses)`.
 ITEM_WRAPPERS = frozenset({"list", "tuple", "reversed", "sorted"})
 # Methods that put a value into a container: the container then holds the value's graph.
+# How many containers deep a backpropagated value is followed back (`loss = logs["train"]["loss"]` is one).
+MAX_CONTAINER_DEPTH = 2
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
 # In-place additions: `acc.add_(loss)` adds onto `acc` as `acc += loss` does.
 ADDING_METHODS = frozenset({"add_", "sub_"})
@@ -95,6 +97,8 @@ class GradValues:
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
+        # Containers a backpropagated value was taken out of, and the entries (as written) it was taken from.
+        self._holders: dict[tuple[Scope, str], set[str]] = {}
         self._backprop_definitions: dict[Scope, frozenset[tuple[cst.CSTNode, str]]] = {}
         self._parameterless: frozenset[str] | None = None
 
@@ -177,20 +181,50 @@ class GradValues:
 
     def backpropagated_definitions(self, scope: Scope) -> frozenset[tuple[cst.CSTNode, str]]:
         """(assignment, name) for each assignment of a name that reaches a backward called on that name in
-        `scope` (`loss = sum(losses)` before `loss.backward()`): whatever it computed, it carries a graph."""
+        `scope` (`loss = sum(losses)` before `loss.backward()`): whatever it computed, it carries a graph. So does
+        the container the backpropagated value was taken out of (`output` in `loss = output["loss"]` or in
+        `output["loss"].backward()`): it holds the tensor, and its graph with it."""
         if scope not in self._backprop_definitions:
             found: set[tuple[cst.CSTNode, str]] = set()
-            origins = self.events.origins
             for event in self.events.scope_events(scope):
-                key = dotted_name(event.value) if event.value is not None else None
-                if event.kind is not Kind.BACKWARD or not event.direct or key is None:
+                if event.kind is not Kind.BACKWARD or not event.direct or event.value is None:
                     continue
                 at = self.collected.statement_of.get(event.node) if isinstance(event.node, cst.Call) else None
-                for definition in origins.definitions(key, at or event.node):
-                    if definition.binding is Binding.ASSIGN:
-                        found.add((definition.node, key))
+                found |= self._definitions_holding(event.value, at or event.node, scope, 0)
             self._backprop_definitions[scope] = frozenset(found)
         return self._backprop_definitions[scope]
+
+    def holds_backpropagated(self, expression: cst.BaseExpression, scope: Scope) -> bool:
+        """Whether `expression` names a container that a value backpropagated in `scope` was taken out of."""
+        self.backpropagated_definitions(scope)
+        return (scope, dotted_name(expression) or "") in self._holders
+
+    def _other_entry(self, node: cst.Subscript, scope: Scope) -> bool:
+        """Whether `node` reads an entry of a container known to carry a graph only by the backpropagated entry it
+        holds, other than that one (`output["accuracy"]` beside `output["loss"].backward()`): unknown."""
+        self.backpropagated_definitions(scope)
+        entries = self._holders.get((scope, dotted_name(container_of(node)) or ""))
+        return entries is not None and _entry_of(node) not in entries
+
+    def _definitions_holding(
+        self, value: cst.BaseExpression, at: cst.CSTNode, scope: Scope, depth: int
+    ) -> set[tuple[cst.CSTNode, str]]:
+        """(assignment, name) for the assignments that bind `value` (a name, or an entry of a named container) as
+        it reaches `at`, and, through an assignment that takes it out of a container, those of the container."""
+        entry = _entry_of(value) if isinstance(value, cst.Subscript) else None
+        key = dotted_name(container_of(value))
+        if key is None or depth > MAX_CONTAINER_DEPTH:
+            return set()
+        found: set[tuple[cst.CSTNode, str]] = set()
+        for definition in self.events.origins.definitions(key, at):
+            if definition.binding is not Binding.ASSIGN:
+                continue
+            found.add((definition.node, key))
+            if entry is not None:
+                self._holders.setdefault((scope, key), set()).add(entry)
+            elif isinstance(definition.value, cst.Subscript):
+                found |= self._definitions_holding(definition.value, definition.node, scope, depth + 1)
+        return found
 
     def carried_state(self, key: str, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
         """Whether `key`, an extra result of the forward pass `value` at `statement`, is a recurrent state: the same
@@ -249,7 +283,7 @@ class GradValues:
         if isinstance(node, (cst.Name, cst.Attribute)):
             return self._evaluate_symbol(node, env, scope)
         if isinstance(node, cst.Subscript):
-            return self.evaluate(node.value, env, scope)
+            return not self._other_entry(node, scope) and self.evaluate(node.value, env, scope)
         if isinstance(node, cst.Call):
             return self._evaluate_call(node, env, scope)
         if isinstance(node, cst.BinaryOperation):
@@ -522,6 +556,13 @@ class _Walker(ForwardWalk[bool]):
         key = dotted_name(target)
         if key is not None:
             self.env = {**self.env, key: grad}
+
+
+def _entry_of(node: cst.Subscript) -> str:
+    """The entry, as written, that `node` reads out of its outermost container: `"train"` in `logs["train"]["loss"]`."""
+    while isinstance(node.value, cst.Subscript):
+        node = node.value
+    return cst.Module([]).code_for_node(node.slice[0]) if len(node.slice) == 1 else ""
 
 
 def container_of(node: cst.BaseExpression) -> cst.BaseExpression:

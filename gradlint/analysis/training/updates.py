@@ -19,12 +19,12 @@ import libcst as cst
 from gradlint.analysis.facts.branches import Branches
 from gradlint.analysis.facts.origins import OUTSIDE, Origins
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
+from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, straight_run
 from gradlint.analysis.facts.values import DETACHING_METHODS
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, unpacked_index
 from gradlint.analysis.syntax.refs import arguments_of
-from gradlint.analysis.syntax.tree import children
+from gradlint.analysis.syntax.tree import children, descendants
 
 MAX_DEPTH = 6
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
@@ -38,6 +38,23 @@ class StaleWeights:
     step: Event
     model: str
     computed: cst.CSTNode  # the statement that computed the loss through the model
+
+
+@dataclass(frozen=True)
+class ForeignGradients:
+    """Gradients a backward left on `model` for another optimizer, which `model`'s own optimizer applies with its own.
+
+    `backward` was computed through `model` and optimizers' parameters (a GAN's generator loss, through the
+    discriminator); `taken`, another optimizer's step, applied what the backward was for; `own` backpropagates the
+    loss `model`'s optimizer is for, and `applied`, that optimizer's step, applies both: no clear that covers `model`
+    runs between `backward` and `applied`.
+    """
+
+    backward: Event
+    taken: Event
+    own: Event
+    applied: Event
+    model: str
 
 
 class Updates:
@@ -154,6 +171,90 @@ class Updates:
                     continue
                 break
         return found
+
+    def foreign_gradients(self, step: TrainingStep) -> list[ForeignGradients]:
+        """The backwards of `step` whose gradients on one model an optimizer other than the one they were for applies.
+
+        Only a straight run of events is judged (`straight_run`), written in the step itself, with every optimizer
+        traced to the models it was built on, and nothing in the step that may freeze a model (a `requires_grad`
+        written there, or the model handed to a call): a model whose parameters do not require grad gets none.
+        In a loop, the events of the next iteration follow the last one.
+        """
+        events = straight_run(step, self.collected)
+        if events is None or any(not event.direct for event in events):
+            return []
+        found: list[ForeignGradients] = []
+        cyclic = not isinstance(step.node, cst.FunctionDef)
+        for index, backward in enumerate(events):
+            if backward.kind is not Kind.BACKWARD:
+                continue
+            reached = self._models_reached(backward, step)
+            later = events[index + 1 :] + (events[:index] if cyclic else [])
+            foreign = self._applied_again(backward, reached, later, step)
+            if foreign is not None:
+                found.append(foreign)
+        return found
+
+    def _applied_again(
+        self, backward: Event, reached: frozenset[str], later: list[Event], step: TrainingStep
+    ) -> ForeignGradients | None:
+        """The first step after `backward` that applies gradients on `reached` once another optimizer took them."""
+        taken: Event | None = None
+        own: Event | None = None
+        left = set(reached)
+        for event in later:
+            if event.kind is Kind.CLEAR:
+                left = {model for model in left if not self._clear_covers(event, model)}
+            elif event.kind is Kind.BACKWARD and taken is not None and own is None:
+                own = event if left & self._models_reached(event, step) else None
+            elif event.kind is Kind.STEP:
+                models = self.updated_models(event.value) if event.value is not None else frozenset()
+                if not models:
+                    return None  # an optimizer whose parameters are unknown: nothing is proven
+                if taken is None:
+                    if models & left:
+                        taken, left = event, left - models
+                    continue
+                stepped = sorted(models & left)
+                if stepped and own is not None and not self._may_freeze(stepped[0], step):
+                    return ForeignGradients(backward, taken, own, event, stepped[0])
+                left -= models
+            if not left:
+                return None
+        return None
+
+    def _models_reached(self, backward: Event, step: TrainingStep) -> frozenset[str]:
+        """The models the loss of `backward` was computed through inside `step` (empty when that is unknown)."""
+        statement = self.collected.statement_of.get(backward.site) if isinstance(backward.site, cst.Call) else None
+        if backward.value is None or statement is None:
+            return frozenset()
+        key = dotted_name(backward.value)
+        reached: set[str] = set()
+        for node in self._computing_statements(backward.value, statement, step):
+            reached |= self._models_called(node, lambda found: self._inside(found, step), 0, set(), key)
+        return frozenset(reached)
+
+    def _clear_covers(self, clear: Event, model: str) -> bool:
+        """Whether `clear` may clear `model`'s gradients: all but an optimizer traced to other models."""
+        if clear.value is None or not self.roles.is_optimizer(clear.value):
+            return True  # `model.zero_grad()`, `p.grad = None`, a helper: may cover every parameter
+        models = self.updated_models(clear.value)
+        return not models or model in models
+
+    def _may_freeze(self, model: str, step: TrainingStep) -> bool:
+        """Whether the step may switch off `model`'s gradients: it writes `requires_grad`, or hands the model to a call
+        (`set_requires_grad(netD, False)`)."""
+        for statement in self.collected.statements_in_scope(step.scope):
+            if not self._inside(statement, step):
+                continue
+            for node in descendants(statement):
+                if isinstance(node, cst.Attribute) and node.attr.value in ("requires_grad", "requires_grad_"):
+                    return True
+                if isinstance(node, cst.Call) and any(
+                    dotted_name(value) == model for arg in node.args for value in (arg.value, *_elements(arg.value))
+                ):
+                    return True
+        return False
 
     def _stale_inputs(self, node: cst.CSTNode, moment: int, step: TrainingStep) -> list[tuple[cst.CSTNode, str]]:
         """The assignments inside `step`, before `moment`, of the names the statement `node` reads."""
@@ -321,6 +422,13 @@ def _on(owner: str, name: str) -> str:
     if owner == "self" or not (name == "self" or name.startswith("self.")):
         return name
     return owner + name[len("self") :]
+
+
+def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The elements of a list or tuple display (`[netD, netD2]`), else none."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return [element.value for element in value.elements]
+    return []
 
 
 def _assigned(statement: cst.CSTNode) -> cst.BaseExpression | None:
