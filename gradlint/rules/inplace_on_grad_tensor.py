@@ -34,7 +34,9 @@ class InplaceOnGradTensor(Rule):
       tensor (`p = y; p *= 2`) or as an unnamed result handed to an in-place layer
       (`self.drop(torch.sigmoid(h))` with `inplace=True`), makes the next `backward()`
       raise `RuntimeError: one of the variables needed for gradient computation has
-      been modified by an inplace operation`.
+      been modified by an inplace operation`. An in-place update in a loop changes, on its
+      first pass, the tensor made before the loop (`h = self.relu(...)`, then `for block in
+      blocks: h += block(h)`).
     - A model's weights, which `optimizer.step()` updates in place: a loss computed
       through the model before its optimizer steps, and backpropagated after (a GAN
       that steps the discriminator between computing the generator's loss and

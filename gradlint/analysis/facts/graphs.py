@@ -257,7 +257,7 @@ class Graphs:
             # Ex) self.drop(torch.sigmoid(h)) with an in-place dropout: the unnamed result is changed at once
             return self._returns_saved_output(target, at)
         key = dotted_name(target)
-        definition = self.definition(key, at) if key is not None else None
+        definition = self._created_by(key, at) if key is not None else None
         if key is None or definition is None or definition.value is None:
             return False
         value = definition.value
@@ -279,6 +279,16 @@ class Graphs:
             if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
         ]
         return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
+
+    def _created_by(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
+        """The one plain assignment that made the tensor `key` names at statement `at`. An in-place addition (`h +=
+        d`) changes the same tensor, so one in a loop leaves the assignment before the loop the maker on every pass
+        (`h = relu(...)` then `for ...: h += layer(h)`): the first pass checks what saved it since."""
+        definitions = [d for d in self.origins.definitions(key, at) if d.binding is not Binding.AUGMENT]
+        if len(definitions) != 1 or definitions[0].binding is not Binding.ASSIGN:
+            return None
+        node = definitions[0].node
+        return node if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
 
     def _aliases_saved(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Whether the tensor `value` names at `at` (where another name is bound to it) was saved already."""
