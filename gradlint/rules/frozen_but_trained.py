@@ -31,7 +31,9 @@ class FrozenButTrained(Rule):
 
     A receiver is a module when a constructor or annotation says so (also of a class
     another module of the project defines), when it is an item of `.children()`,
-    `.modules()` or an `nn.ModuleList`, when plain assignments bind it to one, when the
+    `.modules()` or an `nn.ModuleList`, when plain assignments bind it to one (an attribute of an
+    attribute too, through the class of the module that built each object: `model.encoder.embedding`
+    after `model = Recommender()`, whose `__init__` sets `self.encoder = Encoder(...)`), when the
     file uses it as only a module is used (`x.parameters()`, `x.conv.weight`), or when a
     builder's result or a name nothing in the file binds is named like a model (`model`,
     `module`, `backbone`, `text_encoder`, a known model's `layer1` or `fc`; not `encoder_out`). A

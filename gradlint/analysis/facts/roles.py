@@ -102,6 +102,10 @@ ANNOTATION_ROLES = {
 }
 
 
+# How many attributes deep `Roles.values_of` follows the classes that built each object (`model.encoder.embedding`).
+MAX_ATTRIBUTE_CHAIN = 4
+
+
 class Roles:
     """Answers which role an expression's symbol holds, from assignments, annotations and names."""
 
@@ -119,6 +123,8 @@ class Roles:
         self.project_returns = project_returns
         self._returned: dict[cst.FunctionDef, Role | None] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
+        # What the methods of each class of the module bind `self.<attribute>` to.
+        self._attributes: dict[tuple[cst.ClassDef, str], list[cst.BaseExpression]] = {}
         self.annotations: dict[str, Role] = {}
         self.classes = {cls.name.value: cls for cls in collected.classes}
         self.module_functions = {
@@ -188,7 +194,40 @@ class Roles:
             return
         key = dotted_name(target)
         if key is not None:
-            self.values.setdefault(key, []).extend(self._constructor_arguments(value, at) or [value])
+            given = self._constructor_arguments(value, at) or [value]
+            self.values.setdefault(key, []).extend(given)
+            owner = self._method_owner(at)
+            if owner is not None and key.startswith("self.") and key.count(".") == 1:
+                self._attributes.setdefault((owner, key[len("self.") :]), []).extend(given)
+
+    def _method_owner(self, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The class whose method `at` is written in."""
+        context = self.collected.contexts.get(at)
+        function = context.function if context is not None else None
+        return self.collected.owners.get(function) if function is not None else None
+
+    def values_of(self, key: str) -> list[cst.BaseExpression]:
+        """What the module binds `key` to: its own assignments, or, for an attribute of an object built by one class
+        of the module (`model.encoder.embedding` after `model = Recommender()`), what that class's methods bind
+        `self.<attribute>` to (`self.embedding = nn.Embedding(n, d)` in the class that built `model.encoder`)."""
+        if key in self.values:
+            return self.values[key]
+        owner, _, attribute = key.rpartition(".")
+        if not owner or owner == "self" or key.count(".") > MAX_ATTRIBUTE_CHAIN:
+            return []
+        built = {
+            value.func.value
+            for value in self.values_of(owner)
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
+        }
+        values = self.values_of(owner)
+        if len(built) != 1 or len(values) != sum(isinstance(v, cst.Call) for v in values):
+            return []  # built by other means too, or by two classes: which attributes it has is unknown
+        (name,) = built
+        cls = self.classes.get(name)
+        if cls is None or name in self.redefined:
+            return []
+        return self._attributes.get((cls, attribute), [])
 
     def _constructor_arguments(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What this module's constructions of a class pass for the `__init__` parameter that `value` names
@@ -246,7 +285,7 @@ class Roles:
         `self.heads = nn.ModuleList(nn.Conv2d(c, 24, 1) for c in channels)`, then `for head in self.heads`."""
         key = dotted_name(iterable)
         items: list[cst.BaseExpression] = []
-        for value in self.values.get(key, []) if key is not None else []:
+        for value in self.values_of(key) if key is not None else []:
             if not isinstance(value, cst.Call):
                 continue
             container = self.imports.resolve(value.func) or ""
@@ -291,13 +330,13 @@ class Roles:
         if key in seen:
             return None
         seen.add(key)
-        roles = {self._proven_role(source, seen) for source in self.values.get(key, [])}
+        roles = {self._proven_role(source, seen) for source in self.values_of(key)}
         return roles.pop() if len(roles) == 1 else None
 
     def _role_of_key(self, key: str) -> Role | None:
         if key in self.annotations:
             return self.annotations[key]
-        roles = {self.role_of_value(value, factories=True) for value in self.values.get(key, [])} - {None}
+        roles = {self.role_of_value(value, factories=True) for value in self.values_of(key)} - {None}
         if key in self.optimized and not roles & {Role.OPTIMIZER, Role.SCALER}:
             # What an optimizer trains is a model, whatever its class is called (`ModelWithLoss`).
             return Role.MODEL
@@ -403,7 +442,7 @@ class Roles:
     def constructors(self, node: cst.BaseExpression) -> list[cst.Call]:
         """The calls that built the object `node`'s symbol holds anywhere in the module."""
         key = dotted_name(node)
-        built = [constructor_of(value) for value in self.values.get(key, [])] if key else []
+        built = [constructor_of(value) for value in self.values_of(key)] if key else []
         return [call for call in built if call is not None]
 
     def is_model_class(self, cls: cst.ClassDef) -> bool:
