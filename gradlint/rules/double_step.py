@@ -25,7 +25,8 @@ class DoubleStep(Rule):
     Steps in exclusive branches (`if use_amp: scaler.step(opt) else: opt.step()`, or a
     branch that ends in `continue`/`return`) are fine and not reported, also when they
     are the two arms of one `if` in a helper of another module that the step calls
-    (`self.train_step(batch)` of a base class).
+    (`self.train_step(batch)` of a base class), directly or through a helper of its own
+    module (`self.train_one_iteration(batch)` calling the base class's `self.optimizer_step(opt)`).
 
     Known problems
     Branches are known apart by their `if`: two `if`s on the same test

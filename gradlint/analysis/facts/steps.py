@@ -713,6 +713,7 @@ class EventIndex:
                 event.via,
                 event.repeats,
                 event.by_hand,
+                event.arms,  # the branches of another module's function stay apart through this helper
             )
             for event in self.scope_events(helper, depth + 1)
             if not (
