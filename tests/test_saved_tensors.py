@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
 
+from gradlint import Config, lint_source
 from gradlint.analysis.facts.graphs import SAVES_INPUT, SAVES_OUTPUT
 
 torch = pytest.importorskip("torch")
@@ -74,3 +76,34 @@ def test_ops_left_out_save_nothing(name: str) -> None:
     assert name not in SAVES_OUTPUT | SAVES_INPUT
     assert not _modify_then_backward(name, modify_output=True)
     assert not _modify_then_backward(name, modify_output=False)
+
+
+EXTREMES_WRITTEN: list[tuple[str, Callable[[Any, Any], Any], bool]] = [
+    ("torch.max(value)", lambda value, other: torch.max(value), True),
+    ("value.min()", lambda value, other: value.min(), True),
+    ("torch.max(value, dim=-1)[0]", lambda value, other: torch.max(value, dim=-1)[0], False),
+    ("torch.min(value, 1)[0]", lambda value, other: torch.min(value, 1)[0], False),
+    ("value.max(1)[0]", lambda value, other: value.max(1)[0], False),
+    ("value.max(dim=0).values", lambda value, other: value.max(dim=0).values, False),
+    ("torch.max(value, other)", lambda value, other: torch.max(value, other), True),
+]
+
+
+@pytest.mark.parametrize(("written", "compute", "saves"), EXTREMES_WRITTEN, ids=[row[0] for row in EXTREMES_WRITTEN])
+def test_extremes_save_their_input_only_without_a_dimension(
+    written: str, compute: Callable[[Any, Any], Any], saves: bool
+) -> None:
+    """What `graphs.EXTREMES` encodes, by torch and by GL004: along a dimension max/min keep only the indices."""
+    leaf = torch.rand(3, 4, requires_grad=True)
+    value = leaf * 1.0
+    result = compute(value, leaf * 0.5)
+    value.add_(1)
+    with pytest.raises(RuntimeError) if saves else nullcontext():
+        result.sum().backward()
+    source = (
+        "import torch\n\n\ndef step(opt):\n    leaf = torch.rand(3, 4, requires_grad=True)\n"
+        "    value = leaf * 1.0\n    other = leaf * 0.5\n"
+        f"    result = {written}\n    value += 1\n    result.sum().backward()\n    opt.step()\n"
+    )
+    found = {d.code for d in lint_source(source, "extremes.py", Config(select=("GL004",)))}
+    assert ("GL004" in found) is saves

@@ -30,7 +30,8 @@ class InplaceOnGradTensor(Rule):
     - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`,
       `softmax` (function or method form), `sqrt`, `std`, `logsumexp` and the distances
       `cdist` and `pdist` save their output, `log`, `pow`, layers and products save their
-      input. Changing it (`y = torch.exp(x); y += 1`), through another name for the same
+      input, and so do `max` and `min` as full reductions (along a dimension, `y.max(1)`,
+      they keep only the indices). Changing it (`y = torch.exp(x); y += 1`), through another name for the same
       tensor (`p = y; p *= 2`) or as an unnamed result handed to an in-place layer
       (`self.drop(torch.sigmoid(h))` with `inplace=True`), makes the next `backward()`
       raise `RuntimeError: one of the variables needed for gradient computation has

@@ -48,9 +48,11 @@ SAVES_INPUT = frozenset(
         "log", "log1p", "log2", "log10", "sin", "cos", "asin", "acos", "atan", "sinh", "cosh", "pow",
         "square", "abs", "clamp", "clip", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
         "hardtanh", "hardsigmoid", "logsigmoid", "mish", "erf", "normalize", "layer_norm", "group_norm",
-        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "max", "min", "gather",
+        "batch_norm", "linear", "conv1d", "conv2d", "conv3d", "norm", "prod", "cumprod", "gather",
     }
 )  # fmt: skip
+# Save their input as a full reduction (`y.max()`), only indices along a dimension (`y.max(1)`, `torch.min(y, dim=0)`).
+EXTREMES = frozenset({"max", "min"})
 # Saves an argument only when another argument requires grad (the product rule).
 SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer", "dot"})
 # Modules whose forward saves its output (as the functions above do), or neither output nor input.
@@ -314,6 +316,8 @@ class Graphs:
         name = last_name(node.func) or ""
         receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
         arguments = [arg.value for arg in node.args]
+        if name in EXTREMES:
+            return self._extreme_saves(node, key, statement, receiver)
         if receiver is not None and _refers_to(receiver, key):
             if name in SAVES_INPUT_IF_OTHER:
                 return any(self.requires_grad(argument, statement) for argument in arguments)
@@ -324,6 +328,27 @@ class Graphs:
             return True
         others = [argument for argument in arguments if not _refers_to(argument, key)]
         return name in SAVES_INPUT_IF_OTHER and any(self.requires_grad(other, statement) for other in others)
+
+    def _extreme_saves(
+        self, call: cst.Call, key: str, statement: cst.CSTNode, receiver: cst.BaseExpression | None
+    ) -> bool:
+        """Whether `max`/`min` saves `key`: as a full reduction it does; along a dimension (`y.max(1)`, `torch.max(y,
+        dim=-1)`) it saves only the indices; of two tensors (`torch.max(a, b)`) it saves both, where the other is
+        proven a tensor (a name that may hold a dimension proves nothing)."""
+        if any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args):
+            return False
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if receiver is not None and _refers_to(receiver, key):
+            others = positional
+        elif any(_refers_to(argument, key) for argument in positional):
+            others = [argument for argument in positional if not _refers_to(argument, key)]
+        else:
+            return False
+        if not others:
+            return True
+        return not any(_is_integer(other) for other in others) and any(
+            self.requires_grad(other, statement) for other in others
+        )
 
     def _module_kind(self, value: cst.BaseExpression) -> str | None:
         """What a call of a module saves: "output" (nn.Sigmoid), "input" (nn.Linear, any other), or None."""
@@ -349,6 +374,13 @@ class Graphs:
         if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
             return self.requires_grad(node.right if left else node.left, statement)
         return False
+
+
+def _is_integer(node: cst.BaseExpression) -> bool:
+    """An integer literal, negative too (`-1`): a dimension."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
 
 
 def _final_layer(built: cst.Call) -> str | None:
