@@ -34,7 +34,9 @@ class EvalWithoutNoGrad(Rule):
     for the flag's validation value, unless every call of the module passes the training
     one. A model is what the code shows it to be: what an optimizer trains is a model,
     whatever its class is called (`ModelWithLoss`), and a method a base class in another
-    module defines is that method, not a forward, whatever its name. The first model call of
+    module defines is that method, not a forward, whatever its name. A forward takes inputs:
+    a call with no arguments of something a model only by its name
+    (`self.quantizer.true_model_size()`) is not one. The first model call of
     each loop is reported; so is a call of a helper of the same module whose body runs
     the model with autograd recording (`total += self._eval_step(batch)`), at the call,
     unless the helper wants gradients itself; a backward the call switches off by a literal

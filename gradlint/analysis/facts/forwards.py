@@ -71,4 +71,4 @@ class ForwardCalls:
             return owner is not None and self.roles.is_model_class(owner)
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
-        return self.roles.role(func) is Role.MODEL
+        return self.roles.runs_model(func, call)

@@ -310,6 +310,13 @@ class Roles:
             self._computing.discard(key)
         return self._cache[key]
 
+    def runs_model(self, callee: cst.BaseExpression, call: cst.Call, roles: tuple[Role, ...] = (Role.MODEL,)) -> bool:
+        """Whether `call` of `callee` runs a module (a model, or with `roles` a loss too): `callee` holds one. A
+        forward takes inputs: a call with no arguments (`quantizer.true_model_size()`) runs one only where the
+        module is proven, never by a name alone."""
+        role = self.role(callee)
+        return role in roles and (bool(call.args) or self.proven_role(callee) is role)
+
     def proven_role(self, node: cst.BaseExpression) -> Role | None:
         """The role of `node` when an annotation or the call that built it shows it; never a guess from a name."""
         return self._proven_role(node, set())

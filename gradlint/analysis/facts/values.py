@@ -264,7 +264,7 @@ class GradValues:
         indexed = self._values_and_indices(node, env, scope)
         if indexed is not None and count == 2:
             return [indexed, False]
-        if method in DETACHING_METHODS or not self._is_forward_call(func, scope):
+        if method in DETACHING_METHODS or not self._is_forward_call(node, scope):
             return None
         return [True] + [None] * (count - 1)
 
@@ -339,7 +339,7 @@ class GradValues:
         outside = self.events.outside(call)
         if outside is not None:
             return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
-        if not self._is_forward_call(func, scope):
+        if not self._is_forward_call(call, scope):
             return False
         # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs.
         return args_grad or not self.holds_no_parameters(forward_receiver(func), scope)
@@ -351,13 +351,13 @@ class GradValues:
             return None
         return closure if self.roles.role(call.func.value) is Role.OPTIMIZER else None
 
-    def _is_forward_call(self, func: cst.BaseExpression, scope: Scope) -> bool:
+    def _is_forward_call(self, call: cst.Call, scope: Scope) -> bool:
         # model(x), criterion(out, y), self.encoder(x), model.forward(x), self(x) in a module
-        callee = forward_receiver(func)
+        callee = forward_receiver(call.func)
         if isinstance(callee, cst.Name) and callee.value == "self":
             owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
             return owner is not None and self.roles.is_model_class(owner)
-        return self.roles.role(callee) in (Role.MODEL, Role.LOSS_FN)
+        return self.roles.runs_model(callee, call, (Role.MODEL, Role.LOSS_FN))
 
     def returns_grad(self, function: cst.FunctionDef) -> tuple[bool, bool]:
         """(always, if_arguments_do): whether a same-module function returns a graph."""

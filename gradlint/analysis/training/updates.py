@@ -81,8 +81,10 @@ class Updates:
         if key is not None and key in self._updated:
             return self._updated[key]
         models: set[str] = set()
+        owner = key.rpartition(".")[0] if key is not None else ""
         for constructor in self.roles.constructors(optimizer):
-            models |= _parameter_owners(constructor)
+            # Built in a method of the class that built `owner` (`roles.values_of`): its `self` is `owner`.
+            models |= {_on(owner, model) if owner else model for model in _parameter_owners(constructor)}
         if not models and key is not None and "." in key:
             models = self._built_by_class(key)
         if key is not None:
