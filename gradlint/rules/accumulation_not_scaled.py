@@ -45,7 +45,8 @@ class AccumulationNotScaled(Rule):
     micro-batch loop (`for micro_step in range(accum_steps):`, `for chunk in
     batch.chunk(k):`, or a `while` loop that counts its micro-batches up to k: `while
     n_accum < k:`, or `if n_accum >= k: break`) that backpropagates, with the step after
-    it, also when the loop is in a helper and the step in its caller.
+    it, also when the loop is in a helper and the step in its caller. A loop over `range(k -
+    1)` whose last micro-batch is backpropagated after it, before the step, accumulates k.
 
     Not reported: a loss divided by any constant (`loss / accum_steps`, `loss /
     len(micro_batches)`, `loss / total_tokens` counted before the loop, `loss * (1 / k)`,

@@ -223,6 +223,12 @@ class Accumulations:
             factor = self._micro_factor(micro)
             if factor is None:
                 continue
+            peeled = _less_one(factor)
+            if peeled is not None and any(
+                event.kind is Kind.BACKWARD and event.loops == step.loops and micro not in event.loops
+                for event in events[events.index(backward) : events.index(step)]
+            ):
+                factor = peeled  # `range(k - 1)`, then the last micro-batch's backward before the step: k of them
             inner = [event for event in events if micro in event.loops]
             if any(event.kind in (Kind.STEP, Kind.CLEAR) for event in inner):
                 continue  # steps inside (not accumulation), or clears every micro-batch (GL002)
@@ -240,7 +246,8 @@ class Accumulations:
         named = any(word in (_text(node) or "").lower() for node in (loop.target, iterable) for word in MICRO_WORDS)
         if isinstance(iterable, cst.Call) and last_name(iterable.func) == "range" and len(iterable.args) == 1:
             bound = iterable.args[0].value
-            return bound if named or any(word in (_text(bound) or "").lower() for word in MICRO_WORDS) else None
+            counted = _less_one(bound) or bound  # `range(k - 1)`: k still names the micro-batches
+            return bound if named or any(word in (_text(counted) or "").lower() for word in MICRO_WORDS) else None
         if isinstance(iterable, cst.Call) and last_name(iterable.func) in SPLITTERS:
             positional = [arg.value for arg in iterable.args if arg.keyword is None]
             if last_name(iterable.func) == "chunk" and positional:
@@ -708,6 +715,18 @@ def _mentions_grad(node: cst.BaseExpression) -> bool:
             return True
         node = node.value
     return isinstance(node, cst.Name) and node.value in ("grad", "grads")
+
+
+def _less_one(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`k` of `k - 1`."""
+    if (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Subtract)
+        and isinstance(node.right, cst.Integer)
+        and node.right.value == "1"
+    ):
+        return node.left
+    return None
 
 
 def _text(node: cst.BaseExpression) -> str | None:
