@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gradlint import Config, lint_source
-from gradlint.analysis.facts.graphs import SAVES_INPUT, SAVES_OUTPUT
+from gradlint.analysis.facts.graphs import OUTPUT_SAVING_IN_PLACE, OUTPUT_SAVING_MODULES, SAVES_INPUT, SAVES_OUTPUT
 
 torch = pytest.importorskip("torch")
 functional = torch.nn.functional
@@ -107,3 +107,33 @@ def test_extremes_save_their_input_only_without_a_dimension(
     )
     found = {d.code for d in lint_source(source, "extremes.py", Config(select=("GL004",)))}
     assert ("GL004" in found) is saves
+
+
+def _sequential_raises(*layers: Any) -> bool:
+    """Whether backward through `nn.Sequential(nn.Linear(4, 4), *layers)` raises for an in-place change."""
+    block = torch.nn.Sequential(torch.nn.Linear(4, 4), *layers)
+    try:
+        block(torch.randn(3, 4)).sum().backward()
+    except RuntimeError as error:
+        return "inplace operation" in str(error)
+    return False
+
+
+IN_PLACE_ARGUMENTS = {"LeakyReLU": (0.2, True), "ELU": (1.0, True), "SELU": (True,), "CELU": (1.0, True)}
+
+
+@pytest.mark.parametrize("name", sorted(OUTPUT_SAVING_MODULES | OUTPUT_SAVING_IN_PLACE))
+def test_an_in_place_layer_after_an_output_saving_layer_breaks_backward(name: str) -> None:
+    """What `graphs.OUTPUT_SAVING_MODULES` and `OUTPUT_SAVING_IN_PLACE` encode, by torch."""
+    arguments = IN_PLACE_ARGUMENTS.get(name, (0.1, 0.3, True)) if name in OUTPUT_SAVING_IN_PLACE else ()
+    if name in ("Softmax", "LogSoftmax"):
+        arguments = (-1,)
+    layer = getattr(torch.nn, name)(*arguments)
+    assert _sequential_raises(layer, torch.nn.Dropout(inplace=True))
+
+
+@pytest.mark.parametrize("name", ["GELU", "LeakyReLU", "ELU", "Hardtanh", "Dropout"])
+def test_layers_built_out_of_place_keep_nothing_an_in_place_layer_overwrites(name: str) -> None:
+    """Built out of place, these keep their input (or a mask): the in-place layer after them breaks nothing."""
+    assert name not in OUTPUT_SAVING_MODULES
+    assert not _sequential_raises(getattr(torch.nn, name)(), torch.nn.Dropout(inplace=True))

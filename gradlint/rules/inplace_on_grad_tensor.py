@@ -59,7 +59,10 @@ class InplaceOnGradTensor(Rule):
     `nn.Dropout(p, inplace=True)`, an `nn.Sequential` that starts with one) and an
     in-place function (`F.relu(h, inplace=True)`, `torch.relu_(h)`) change their input:
     after `torch.sigmoid`, `tanh`, `exp`, `softmax` or an in-place ReLU (which save their
-    output), backward raises.
+    output), backward raises. Inside an `nn.Sequential` a model class builds, each layer
+    feeds the next: `nn.ReLU(inplace=True), nn.Dropout(inplace=True)` (or an in-place layer
+    after `nn.Sigmoid()`, `nn.Tanh()`, `nn.Softmax()`, or after `nn.LeakyReLU`/`ELU`/`SELU`/
+    `CELU`/`RReLU` built in place, which then keep their output) raises in the first backward.
 
     Use the out-of-place form (`y = y + 1`, `h = h.mul(2)`), or change leaves under
     `torch.no_grad()`. Changes inside `no_grad`, through `.data`, on tensors that
@@ -107,6 +110,7 @@ class InplaceOnGradTensor(Rule):
 
     def check_module(self) -> None:
         self._check_optimizer_steps()
+        self._check_sequential_layers()
         analysis = self.analysis
         for operation in analysis.mutations.operations:
             if not analysis.callers.with_grad(operation.statement) or analysis.mutations.is_update(operation):
@@ -123,6 +127,20 @@ class InplaceOnGradTensor(Rule):
             for tensor in (operation.target,) if view is None else (operation.target, view.base):
                 if self._check_tensor(operation, tensor):
                     break
+
+    def _check_sequential_layers(self) -> None:
+        """An in-place layer right after one that saved its output, in an `nn.Sequential` a model class builds:
+        the model's forward runs it whenever the model trains."""
+        analysis = self.analysis
+        for layer, previous in analysis.graphs.sequential_overwrites():
+            owner = analysis.context(layer).class_def
+            if owner is None or not analysis.roles.is_model_class(owner):
+                continue
+            named = (
+                f"`{analysis.code(layer)}` overwrites in place the output `{analysis.code(previous)}` saved for "
+                f"backward, so the first backward through this block raises {INPLACE_ERROR}"
+            )
+            self.report(layer, named, related=[(previous, "this layer saves its output for backward")])
 
     def _check_tensor(self, operation: InPlace, tensor: cst.BaseExpression) -> bool:
         """Report `operation` when it changes `tensor` (its target, or the tensor its target is a view of), a leaf

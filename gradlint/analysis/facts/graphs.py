@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 
 import libcst as cst
 
 from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value
+from gradlint.analysis.facts.mutations import inplace_layer
 from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.values import (
@@ -57,6 +59,8 @@ EXTREMES = frozenset({"max", "min"})
 SAVES_INPUT_IF_OTHER = frozenset({"mul", "matmul", "mm", "bmm", "einsum", "outer", "dot"})
 # Modules whose forward saves its output (as the functions above do), or neither output nor input.
 OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSoftmax"})
+# ...and those that save their output only when built to work in place (`nn.LeakyReLU(0.2, inplace=True)`).
+OUTPUT_SAVING_IN_PLACE = frozenset({"LeakyReLU", "ELU", "SELU", "CELU", "RReLU"})
 NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
 # Functions that return several views of their input (`a, b = h.chunk(2)`).
@@ -328,6 +332,32 @@ class Graphs:
             return True
         others = [argument for argument in arguments if not _refers_to(argument, key)]
         return name in SAVES_INPUT_IF_OTHER and any(self.requires_grad(other, statement) for other in others)
+
+    def sequential_overwrites(self) -> list[tuple[cst.Call, cst.Call]]:
+        """(layer, the layer before it) for each layer built in place inside an `nn.Sequential(...)` of the module
+        right after a layer whose forward saves its output: `nn.Sequential(..., nn.ReLU(inplace=True),
+        nn.Dropout(inplace=True))` overwrites what ReLU saved, and the first backward through it raises."""
+        found = []
+        for call in self.collected.calls:
+            if (self.roles.imports.resolve(call.func) or "") != "torch.nn.Sequential":
+                continue
+            layers = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+            for previous, layer in pairwise(layers):
+                if (
+                    isinstance(previous, cst.Call)
+                    and isinstance(layer, cst.Call)
+                    and self._saves_its_output(previous)
+                    and inplace_layer(layer, self.roles)
+                ):
+                    found.append((layer, previous))
+        return found
+
+    def _saves_its_output(self, layer: cst.Call) -> bool:
+        qualified = self.roles.imports.resolve(layer.func) or ""
+        name = qualified.rsplit(".", 1)[-1]
+        if not qualified.startswith("torch.nn."):
+            return False
+        return name in OUTPUT_SAVING_MODULES or (name in OUTPUT_SAVING_IN_PLACE and inplace_layer(layer, self.roles))
 
     def _extreme_saves(
         self, call: cst.Call, key: str, statement: cst.CSTNode, receiver: cst.BaseExpression | None

@@ -101,10 +101,10 @@ def _writes_input(call: cst.Call, roles: Roles) -> bool:
     if not isinstance(call.func, (cst.Name, cst.Attribute)):
         return False
     built = roles.constructors(call.func)
-    return bool(built) and all(_inplace_layer(constructor, roles) for constructor in built)
+    return bool(built) and all(inplace_layer(constructor, roles) for constructor in built)
 
 
-def _inplace_layer(constructor: cst.Call, roles: Roles) -> bool:
+def inplace_layer(constructor: cst.Call, roles: Roles) -> bool:
     """`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`, or `nn.Sequential(nn.ReLU(inplace=True), ...)`."""
     qualified = roles.imports.resolve(constructor.func) or ""
     if not qualified.startswith("torch.nn."):
@@ -117,7 +117,7 @@ def _inplace_layer(constructor: cst.Call, roles: Roles) -> bool:
             and first.keyword is None
             and not first.star
             and isinstance(first.value, cst.Call)
-            and _inplace_layer(first.value, roles)
+            and inplace_layer(first.value, roles)
         )
     return name in INPLACE_MODULES and _passes_inplace(constructor, INPLACE_MODULES[name])
 
