@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradlint.analysis import Kind
+from gradlint.analysis.facts.branches import only_in_eval_mode
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.mutations import InPlace
 from gradlint.rule import Rule
@@ -75,7 +76,10 @@ class InplaceOnGradTensor(Rule):
     A helper method that `forward` (or a function that backpropagates) calls, directly or
     through other helpers of the module, runs under that backward too. A layer built as
     `nn.Sigmoid()`, `nn.Tanh()`, `nn.ReLU()` or `nn.Softmax()`, or an `nn.Sequential` whose
-    last layer is one, returns a saved output.
+    last layer is one, returns a saved output. Code a module runs only in eval mode (under
+    `if not self.training:`, or in the `else` of `if self.training:`) counts as backpropagated
+    only where a backward follows it in the same function (an input-gradient saliency map):
+    a forward's eval-only branch is what inference runs, usually under `no_grad`.
 
     Known problems
     Only operations of the same function are followed: a tensor saved inside a
@@ -182,9 +186,14 @@ class InplaceOnGradTensor(Rule):
             self.report(stale.backward.site, named, related=story)
 
     def _backpropagated(self, operation: InPlace) -> bool:
-        """Whether a backward may run through the modified tensor after the operation."""
+        """Whether a backward may run through the modified tensor after the operation. Code that runs only in eval
+        mode (`if not self.training:`) is taken to be backpropagated only by a backward that follows it in view."""
         scope = self.analysis.context(operation.statement).scope
-        return self._backward_after(scope, _moment(operation)) or self._backpropagated_after_return(scope, 0)
+        if self._backward_after(scope, _moment(operation)):
+            return True
+        return not only_in_eval_mode(
+            self.analysis.collected, operation.statement
+        ) and self._backpropagated_after_return(scope, 0)
 
     def _backpropagated_after_return(self, scope: cst.FunctionDef | cst.Module, depth: int) -> bool:
         """Whether what `scope` computes may be backpropagated after it returns: it is a model's forward, or a

@@ -195,3 +195,27 @@ def _other_arms(first: Event, second: Event) -> bool:
     """Whether two events one call runs in another module sit in different branches of one `if` there."""
     arms = dict(arm.rpartition("=")[::2] for arm in first.arms)
     return any(arms.get(branch, taken) != taken for branch, _, taken in (arm.rpartition("=") for arm in second.arms))
+
+
+def only_in_eval_mode(collected: Collected, node: cst.CSTNode) -> bool:
+    """Whether `node` runs only while its module is in eval mode: under `if not self.training:` (also as one side
+    of an `and`), or in the `else` of `if self.training:`. `nn.Module.train()`/`eval()` set `self.training`."""
+    context = collected.contexts.get(node)
+    return context is not None and any(
+        _training_when(branch.test, collected.in_body(branch, node)) is False
+        for branch in context.ifs
+        if isinstance(branch, cst.If)
+    )
+
+
+def _training_when(test: cst.BaseExpression, holds: bool) -> bool | None:
+    """What `self.training` is whenever `test` is `holds` (None: not decided by it)."""
+    if isinstance(test, cst.Attribute) and dotted_name(test) == "self.training":
+        return holds
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _training_when(test.expression, not holds)
+    if isinstance(test, cst.BooleanOperation) and holds == isinstance(test.operator, cst.And):
+        # Both sides of a true `and`, or of a false `or`, hold as the whole does.
+        left, right = _training_when(test.left, holds), _training_when(test.right, holds)
+        return left if left is not None else right
+    return None
