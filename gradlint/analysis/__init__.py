@@ -280,7 +280,7 @@ class ModuleAnalysis:
     @cached_property
     def graphs(self) -> Graphs:
         """What values were computed from, whether they require grad, what backward saved."""
-        return Graphs(self.collected, self.roles, self.values, self.leaves, self.origins)
+        return Graphs(self.collected, self.roles, self.values, self.leaves, self.origins, self.callers.call_sites)
 
     def own_events(self, kind: Kind) -> list[Event]:
         """The events of one kind written in each scope itself (not reached through a helper), in order."""

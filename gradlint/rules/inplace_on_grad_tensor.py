@@ -74,7 +74,9 @@ class InplaceOnGradTensor(Rule):
     updates from a gradient are GL003's.
 
     A helper method that `forward` (or a function that backpropagates) calls, directly or
-    through other helpers of the module, runs under that backward too. A layer built as
+    through other helpers of the module, runs under that backward too; its parameter
+    requires grad when every call of the module passes a value that does
+    (`self._partial(distances * self.weight)`). A layer built as
     `nn.Sigmoid()`, `nn.Tanh()`, `nn.ReLU()` or `nn.Softmax()`, or an `nn.Sequential` whose
     last layer is one, returns a saved output. Code a module runs only in eval mode (under
     `if not self.training:`, or in the `else` of `if self.training:`) counts as backpropagated

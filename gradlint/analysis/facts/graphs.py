@@ -15,7 +15,7 @@ to an in-place layer) is saved when the operation that made it saves its output.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -23,7 +23,7 @@ import libcst as cst
 
 from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value
 from gradlint.analysis.facts.mutations import inplace_layer
-from gradlint.analysis.facts.origins import Binding, Origins
+from gradlint.analysis.facts.origins import OUTSIDE, Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.values import (
     DETACHING_METHODS,
@@ -34,6 +34,7 @@ from gradlint.analysis.facts.values import (
 )
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name
+from gradlint.analysis.syntax.refs import all_params, arguments_of
 from gradlint.analysis.syntax.tree import children, descendants
 
 # Checked against torch 2.13: changing the result in place, then backward, raises.
@@ -81,9 +82,17 @@ class Graphs:
     """Answers what a value was computed from, whether it requires grad, and whether it was saved."""
 
     def __init__(
-        self, collected: Collected, roles: Roles, values: GradValues, leaves: Leaves, origins: Origins
+        self,
+        collected: Collected,
+        roles: Roles,
+        values: GradValues,
+        leaves: Leaves,
+        origins: Origins,
+        call_sites: Callable[[cst.FunctionDef], list[cst.Call]] = lambda function: [],
     ) -> None:
         self.collected = collected
+        # The calls of this module that run a function (`callers.CallerGradMode.call_sites`).
+        self.call_sites = call_sites
         self.origins = origins
         self.roles = roles
         self.values = values
@@ -135,8 +144,25 @@ class Graphs:
             return True
         key = dotted_name(operand)
         definition = self.definition(key, at) if key is not None else None
+        if definition is None and isinstance(operand, cst.Name):
+            return self._passed_requiring_grad(operand.value, at)
         return (
             definition is not None and definition.value is not None and self.requires_grad(definition.value, definition)
+        )
+
+    def _passed_requiring_grad(self, name: str, at: cst.CSTNode) -> bool:
+        """Whether the parameter `name` of the function holding `at`, still as given, requires grad: the module calls
+        the function, and every call passes it a value that requires grad there (`self._partial(d * self.w)`)."""
+        function = self.collected.contexts[at].function
+        if function is None or self.origins.definitions(name, at) != (OUTSIDE,) or name not in all_params(function):
+            return False
+        sites = self.call_sites(function)
+        passed = [(arguments_of(function, site).get(name), site) for site in sites]
+        return bool(passed) and all(
+            value is not None
+            and site in self.collected.statement_of
+            and self.requires_grad(value, self.collected.statement_of[site])
+            for value, site in passed
         )
 
     def operands(self, expression: cst.CSTNode) -> Iterator[cst.Name | cst.Attribute]:
