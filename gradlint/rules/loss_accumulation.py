@@ -46,7 +46,9 @@ class LossAccumulation(Rule):
     `optimizer.step(closure)` hands back when the closure returns the loss. The container
     a backpropagated value was taken out of holds its graph (`output = self.train_step(batch)`,
     then `output["loss"].backward()`: keeping `output` keeps the graph), though what its other
-    entries hold stays unknown.
+    entries hold stays unknown; a loop that replaces every entry by one without a graph
+    (`for k, v in output.items(): output[k] = v.detach() if isinstance(v, Tensor) else v`)
+    leaves it holding none.
 
     Summing losses that are backpropagated in the same step (several heads, gradient
     accumulation that calls backward on the sum) is fine and not reported, and so is

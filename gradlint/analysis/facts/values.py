@@ -293,12 +293,24 @@ class GradValues:
         if isinstance(node, cst.BooleanOperation):
             return self.evaluate(node.left, env, scope) or self.evaluate(node.right, env, scope)
         if isinstance(node, cst.IfExp):
-            return self.evaluate(node.body, env, scope) or self.evaluate(node.orelse, env, scope)
+            return self._evaluate_arm(node.body, node.test, True, env, scope) or self._evaluate_arm(
+                node.orelse, node.test, False, env, scope
+            )
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
             return any(self.evaluate(element.value, env, scope) for element in node.elements)
         if isinstance(node, cst.Dict):
             return any(self.evaluate(element.value, env, scope) for element in node.elements)  # {"loss": loss}
         return False
+
+    def _evaluate_arm(
+        self, node: cst.BaseExpression, test: cst.BaseExpression, outcome: bool, env: Env, scope: Scope
+    ) -> bool:
+        """`node`, one arm of a conditional expression, taken when `test` has `outcome`: a name that fails
+        `isinstance(v, torch.Tensor)` there is no tensor (`v.detach() if isinstance(v, Tensor) else v`)."""
+        proven = self.collected.no_tensor_when(test)
+        if proven is not None and proven[1] == outcome:
+            env = {**env, proven[0]: False}
+        return self.evaluate(node, env, scope)
 
     def _evaluate_symbol(self, node: cst.Name | cst.Attribute, env: Env, scope: Scope) -> bool:
         key = dotted_name(node)
@@ -419,6 +431,7 @@ class _Walker(ForwardWalk[bool]):
         self.into = values._env_at if into is None else into  # where each statement's state is recorded
         self.returns_grad = False
         self.returned: list[tuple[bool, ...] | None] = []  # per `return`: its elements' facts, if a tuple
+        self._replaced: dict[cst.For | cst.While, str] = {}  # loops that replace every entry of a container
 
     def returned_elements(self) -> tuple[bool, ...] | None:
         """Each element's fact over every `return`, when all of them write a tuple of one length."""
@@ -439,6 +452,28 @@ class _Walker(ForwardWalk[bool]):
     def enter_iteration(self, loop: cst.For | cst.While) -> None:
         if isinstance(loop, cst.For):
             self._bind_items(loop.target, loop.iter)
+
+    def leave_loop(self, loop: cst.For | cst.While) -> None:
+        # `for k, v in out.items(): out[k] = v.detach()`: every entry replaced by one without a graph (an empty
+        # container held none either).
+        container = self._replaced.pop(loop, None)
+        if container is not None:
+            self.env = {**self.env, container: False}
+
+    def _replaces_entry(self, target: cst.BaseExpression, statement: cst.CSTNode) -> str | None:
+        """The container `target` (`out[k]`) stores into when the statement runs on every pass of a loop over that
+        container's keys (`for k, v in out.items():`, `for k in out:`) and stores at the loop's key."""
+        context = self.values.collected.contexts.get(statement)
+        if not isinstance(target, cst.Subscript) or context is None or not context.loops:
+            return None
+        loop = context.loops[-1]
+        if not isinstance(loop, cst.For) or context.ifs != self.values.collected.contexts[loop].ifs:
+            return None
+        key, container = _keys_loop(loop)
+        entry = target.slice[0].slice if len(target.slice) == 1 else None
+        if key is None or not isinstance(entry, cst.Index) or dotted_name(entry.value) != key:
+            return None
+        return container if dotted_name(target.value) == container else None
 
     def _bind_items(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
         """Bind a loop's target to the items of `iterable`: the items of a graph-carrying iterable carry it,
@@ -521,6 +556,9 @@ class _Walker(ForwardWalk[bool]):
                     self._assign_element(element.value, grad, value, statement)
                 return
         grad = not no_grad and self.values.evaluate(value, self.env, self.scope)
+        replaced = None if grad else self._replaces_entry(target, statement)
+        if replaced is not None:
+            self._replaced[self.values.collected.contexts[statement].loops[-1]] = replaced
         key = dotted_name(target)
         if not (grad or no_grad) and key is not None:
             # Backward is proof: what is assigned here and backpropagated later carries a graph.
@@ -556,6 +594,19 @@ class _Walker(ForwardWalk[bool]):
         key = dotted_name(target)
         if key is not None:
             self.env = {**self.env, key: grad}
+
+
+def _keys_loop(loop: cst.For) -> tuple[str | None, str | None]:
+    """(the key name, the container) of `for k, v in out.items():` or `for k in out:` / `out.keys()`."""
+    iterable, target = loop.iter, loop.target
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) and not iterable.args:
+        method, container = iterable.func.attr.value, dotted_name(iterable.func.value)
+        if method == "items" and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            return dotted_name(target.elements[0].value), container
+        if method == "keys":
+            return dotted_name(target), container
+        return None, None
+    return dotted_name(target), dotted_name(iterable)
 
 
 def _entry_of(node: cst.Subscript) -> str:

@@ -41,6 +41,9 @@ class ForwardWalk(Generic[Fact]):
     def enter_branch(self, test: cst.BaseExpression, outcome: bool) -> None:
         """Hook: called on entering the branch of an `if` that runs when `test` has `outcome`."""
 
+    def leave_loop(self, loop: cst.For | cst.While) -> None:
+        """Hook: called once a loop's body has been walked, before its `else`."""
+
     def walk_scope(self, scope: Scope) -> None:
         """Walk a module's or function's body."""
         if isinstance(scope, cst.Module):
@@ -91,6 +94,7 @@ class ForwardWalk(Generic[Fact]):
             self.enter_iteration(statement)
             self._suite(statement.body)
             self.env = self.merge(before, self.env)
+        self.leave_loop(statement)
         if statement.orelse is not None:
             self._suite(statement.orelse.body)
 
