@@ -228,3 +228,37 @@ def test_a_backward_used_as_a_context_manager_breaks_no_rule() -> None:
     )
     codes = {d.code for d in lint_source(source, "probe.py", Config(preview=True))}
     assert "GL999" not in codes
+
+
+def test_a_recursive_walk_handing_down_its_parameter_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function that passes its parameter on to itself at many calls (fastestimator's traceability walk): what the
+    parameter holds is worked out once per parameter, not once per path through the calls, which grew exponentially
+    and never finished on a 1,300-line file of draw 11."""
+    from gradlint.analysis.facts import leaves
+
+    calls = 0
+    original = leaves.Leaves._passed_to_parameter
+
+    def counted(self: leaves.Leaves, name: str, function: object) -> leaves.Held:
+        nonlocal calls
+        calls += 1
+        return original(self, name, function)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leaves.Leaves, "_passed_to_parameter", counted)
+    walk = "\n".join(f"        tables = walk(item{n}, tables, depth + 1)" for n in range(12))
+    source = (
+        "import torch\n\n\n"
+        "def walk(obj, tables, depth):\n"
+        "    if depth > 3:\n"
+        "        tables.add_(1)\n"
+        "        return tables\n"
+        "    for item0, item1, item2, item3, item4, item5, item6, item7, item8, item9, item10, item11 in obj:\n"
+        f"{walk}\n"
+        "    return tables\n\n\n"
+        "def main(model, opt):\n"
+        "    tables = walk(model.parameters(), torch.zeros(3), 0)\n"
+        "    model(tables).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    lint_source(source, "walk.py", Config(preview=True))
+    assert 0 < calls <= 10

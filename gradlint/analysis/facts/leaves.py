@@ -25,6 +25,8 @@ PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
 ITERABLE_WRAPPERS = frozenset({"list", "tuple", "chain", "filter", "sorted", "reversed", "iter"})
 MODULE_PARAMETER_NAMES = frozenset({"weight", "bias", "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"})
 MAX_DEPTH = 6
+# Answers for a parameter are kept when asked this near the top (deeper ones may be cut short by MAX_DEPTH).
+CACHED_DEPTH = 2
 
 
 class Held(Enum):
@@ -48,6 +50,8 @@ class Leaves:
         self._bindings: dict[tuple[Scope, str], list[Binding]] | None = None
         self._frozen: set[str] = set()
         self._depth = 0
+        self._parameters: dict[tuple[str, cst.FunctionDef], Held] = {}
+        self._resolving: set[tuple[str, cst.FunctionDef]] = set()
 
     def is_leaf(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when `expression`, just before statement `at`, is a leaf that requires grad."""
@@ -136,6 +140,24 @@ class Leaves:
         return Held.OTHER
 
     def _held_by_parameter(self, name: str, function: cst.FunctionDef) -> Held:
+        """What the parameter `name` of `function` holds, from what the module's calls pass it. A function that
+        passes its parameter on to itself (a recursive walk handing down `tables`) is asked once per parameter:
+        the call inside it adds nothing, and following it again and again grows exponentially with the calls."""
+        key = (name, function)
+        if key in self._parameters:
+            return self._parameters[key]
+        if key in self._resolving:
+            return Held.OTHER
+        self._resolving.add(key)
+        try:
+            held = self._passed_to_parameter(name, function)
+        finally:
+            self._resolving.discard(key)
+        if self._depth <= CACHED_DEPTH:
+            self._parameters[key] = held  # deeper, the depth limit may have cut the answer short
+        return held
+
+    def _passed_to_parameter(self, name: str, function: cst.FunctionDef) -> Held:
         # Ex) def sgd(params, lr): ...  called as sgd(model.parameters(), 0.1)
         index = next((i for i, param in enumerate(function.params.params) if param.name.value == name), None)
         if index is None:
