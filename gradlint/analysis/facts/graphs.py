@@ -93,6 +93,7 @@ class Graphs:
         self.collected = collected
         # The calls of this module that run a function (`callers.CallerGradMode.call_sites`).
         self.call_sites = call_sites
+        self._passed: dict[tuple[str, cst.FunctionDef], bool] = {}  # parameters proven to be given a graph
         self.origins = origins
         self.roles = roles
         self.values = values
@@ -156,14 +157,18 @@ class Graphs:
         function = self.collected.contexts[at].function
         if function is None or self.origins.definitions(name, at) != (OUTSIDE,) or name not in all_params(function):
             return False
-        sites = self.call_sites(function)
-        passed = [(arguments_of(function, site).get(name), site) for site in sites]
-        return bool(passed) and all(
-            value is not None
-            and site in self.collected.statement_of
-            and self.requires_grad(value, self.collected.statement_of[site])
-            for value, site in passed
-        )
+        key = (name, function)
+        if key not in self._passed:
+            self._passed[key] = False  # asked again from inside its own calls (recursion): not proven
+            sites = self.call_sites(function)
+            passed = [(arguments_of(function, site).get(name), site) for site in sites]
+            self._passed[key] = bool(passed) and all(
+                value is not None
+                and site in self.collected.statement_of
+                and self.requires_grad(value, self.collected.statement_of[site])
+                for value, site in passed
+            )
+        return self._passed[key]
 
     def operands(self, expression: cst.CSTNode) -> Iterator[cst.Name | cst.Attribute]:
         """The names and attributes whose values flow into `expression` (callees and detached parts excluded)."""
