@@ -45,8 +45,9 @@ DRAWS = (
     "draw 8 of 2026-12-06: 53 libraries, 1.23 million lines, gradlint 3ce4752",
     "draw 9 of 2026-12-06: 61 libraries, 2.36 million lines, gradlint e5c945d",
     "draw 10 of 2026-12-07: 61 libraries, 0.97 million lines, gradlint c13eb6b",
+    "draw 11 of 2026-12-07: 66 libraries, 1.03 million lines, gradlint b0cd1cc",
 )
-LINES = "16.14 million"
+LINES = "17.17 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -63,6 +64,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 3),
         Measured(2, 2),
         Measured(1, 0),
+        Measured(2, 1),
     ),
     "GL002": (
         Measured(3, 0),
@@ -75,8 +77,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         Measured(1, 0),
         Measured(1, 0),
+        Measured(3, 0),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -88,6 +91,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         Measured(4, 0),
         Measured(1, 0),
+        Measured(1, 1),
     ),
     "GL005": (
         Measured(1, 0),
@@ -100,9 +104,22 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(5, 2),
         NONE,
+        Measured(2, 2),
     ),
-    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE, NONE),
-    "GL007": (NONE, Measured(4, 4), NONE, NONE, Measured(6, 6), NONE, Measured(3, 3), NONE, NONE, Measured(3, 2)),
+    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE, NONE, NONE),
+    "GL007": (
+        NONE,
+        Measured(4, 4),
+        NONE,
+        NONE,
+        Measured(6, 6),
+        NONE,
+        Measured(3, 3),
+        NONE,
+        NONE,
+        Measured(3, 2),
+        Measured(3, 1),
+    ),
     "GL008": (
         Measured(5, 0),
         Measured(5, 0),
@@ -112,6 +129,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(2, 0),
+        NONE,
         NONE,
         NONE,
     ),
@@ -126,10 +144,11 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(46, 42),
         Measured(6, 4),
         Measured(6, 3),
+        Measured(27, 11),
     ),
-    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, Measured(2, 0)),
-    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE),
-    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE, NONE),
+    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, Measured(2, 0), NONE),
+    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE, NONE),
+    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE, NONE, Measured(1, 0)),
     "GL016": (
         Measured(1, 0),
         Measured(3, 2),
@@ -141,6 +160,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(6, 2),
         NONE,
+        Measured(1, 1),
     ),
     "GL017": (
         Measured(2, 0),
@@ -153,8 +173,21 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         Measured(1, 0),
         Measured(1, 1),
+        Measured(2, 1),
     ),
-    "GL018": (Measured(2, 0), Measured(13, 0), NONE, NONE, NONE, Measured(2, 2), NONE, Measured(1, 0), NONE, NONE),
+    "GL018": (
+        Measured(2, 0),
+        Measured(13, 0),
+        NONE,
+        NONE,
+        NONE,
+        Measured(2, 2),
+        NONE,
+        Measured(1, 0),
+        NONE,
+        NONE,
+        Measured(2, 0),
+    ),
     "GL019": (
         Measured(3, 0),
         NONE,
@@ -166,8 +199,21 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         NONE,
+        NONE,
     ),
-    "GL022": (Measured(2, 1), NONE, NONE, NONE, Measured(1, 0), NONE, Measured(1, 1), NONE, Measured(4, 2), NONE),
+    "GL022": (
+        Measured(2, 1),
+        NONE,
+        NONE,
+        NONE,
+        Measured(1, 0),
+        NONE,
+        Measured(1, 1),
+        NONE,
+        Measured(4, 2),
+        NONE,
+        Measured(2, 0),
+    ),
 }
 
 

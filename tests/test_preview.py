@@ -75,8 +75,8 @@ def test_the_command_line_runs_preview_rules_with_preview(tmp_path: Path, monkey
     assert "GL010  int-requires-grad            Checks for" in listed
     assert "GL009  eval-without-no-grad         (preview) Checks for" in listed  # back: its latest draw was worse
     assert "GL016  eval-mode-not-restored       (preview) Checks for" in listed
-    assert "GL007  clip-order                   Checks for" in listed
-    stated = "Right 3 of 6 times on fresh code in the latest draw"
+    assert "GL007  clip-order                   (preview) Checks for" in listed  # draw 11: 1 of 3
+    stated = "Right 11 of 27 times on fresh code in the latest draw"
     assert stated in CliRunner().invoke(main, ["rule", "GL009"]).output
 
 
@@ -97,7 +97,7 @@ def test_a_rule_is_judged_by_its_newest_draws_of_at_least_five_findings() -> Non
         assert counted + earlier == total(code)
         assert counted.findings >= SAMPLE or draws == len(DRAWS)
         assert in_preview(code) == (counted.right * 5 < counted.findings * 4)
-    assert newest("GL009") == (Measured(6, 3), 1) and in_preview("GL009")  # draw 10 alone holds six
-    assert newest("GL001") == (Measured(7, 5), 3) and in_preview("GL001")  # draw 10's one wrong finding sends it back
-    assert newest("GL007") == (Measured(6, 5), 4) and not in_preview("GL007")
+    assert newest("GL009") == (Measured(27, 11), 1) and in_preview("GL009")  # draw 11 alone holds 27
+    assert newest("GL001") == (Measured(5, 3), 3) and in_preview("GL001")
+    assert newest("GL007") == (Measured(6, 3), 2) and in_preview("GL007")  # draw 11's two wrong clips send it back
     assert not in_preview("GL010")  # never fired on fresh code: not measured, on by default
