@@ -104,6 +104,8 @@ _IMPORT = re.compile(
     rb"(?m)^(?:\xef\xbb\xbf)?[ \t]*"
     rb"(?:import[ \t]+([^\r\n#;]+)|from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+([^\r\n#;]*))"
 )
+# The context managers and decorators that switch autograd off (`torch.no_grad`, `torch.inference_mode`).
+GRAD_OFF = frozenset({"no_grad", "inference_mode"})
 _NOT_CALLS = frozenset(
     {"if", "elif", "while", "for", "return", "and", "or", "not", "in", "is", "lambda", "yield", "await", "assert",
      "print", "del", "with", "as", "except", "raise", "def", "class", "from", "import", "else"}
@@ -122,6 +124,10 @@ class Span:
     defaults_off: tuple[tuple[str, bool], ...]
     varargs: str | None = None
     varkw: str | None = None
+    # Grad mode: decorated `@torch.no_grad()` or `@torch.inference_mode()`; the methods it calls on `self` (`super`
+    # for `super().<its own name>(...)`) only inside `with torch.no_grad():` or `torch.inference_mode()` blocks.
+    without_grad: bool = False
+    calls_without_grad: tuple[str, ...] = ()
 
 
 @dataclass
@@ -357,7 +363,49 @@ def _span(node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Sp
     end = node.end_lineno or node.lineno
     keyword_only = tuple(arg.arg for arg in args.kwonlyargs)
     varargs, varkw = (star.arg if star is not None else None for star in (args.vararg, args.kwarg))
-    return Span(start, end, owner, tuple(names), keyword_only, defaults_off, varargs, varkw)
+    without_grad = any(_switches_grad_off(decorator) for decorator in node.decorator_list)
+    inside, outside = _self_calls_by_grad_mode(node)
+    calls_without_grad = tuple(sorted(inside - outside))
+    return Span(
+        start, end, owner, tuple(names), keyword_only, defaults_off, varargs, varkw, without_grad, calls_without_grad
+    )
+
+
+def _switches_grad_off(node: ast.expr) -> bool:
+    """`torch.no_grad()`, `torch.inference_mode()` (or the bare decorator forms): autograd off inside."""
+    if isinstance(node, ast.Call):
+        if node.args or any(keyword.arg == "mode" for keyword in node.keywords):
+            return False  # `inference_mode(False)`, `inference_mode(mode=...)`: not surely off
+        node = node.func
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name in GRAD_OFF
+
+
+def _self_calls_by_grad_mode(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], set[str]]:
+    """(methods of `self` called inside `no_grad`/`inference_mode` blocks, those called outside any), `super` standing
+    for `super().<function's name>(...)`; nested functions and classes are left out."""
+    inside: set[str] = set()
+    outside: set[str] = set()
+    pending: list[tuple[ast.AST, bool]] = [(statement, False) for statement in function.body]
+    while pending:
+        node, off = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            off = off or any(_switches_grad_off(item.context_expr) for item in node.items)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self":
+                (inside if off else outside).add(node.func.attr)
+            elif (
+                isinstance(receiver, ast.Call)
+                and isinstance(receiver.func, ast.Name)
+                and receiver.func.id == "super"
+                and node.func.attr == function.name
+            ):
+                (inside if off else outside).add("super")
+        pending.extend((child, off) for child in ast.iter_child_nodes(node))
+    return inside, outside
 
 
 def _record_import(node: ast.stmt, names: dict[str, Ref], stars: list[Ref]) -> None:
@@ -741,6 +789,56 @@ class Outlines:
             if located is not None:
                 return located
         return None
+
+    def hierarchy_without_grad(self, module: str, cls: str, method: str) -> bool | None:
+        """Whether every call of `self.<method>` that the class `cls` of `module` and its project base classes (in
+        any module) make runs with autograd off; None when they make none. A caller runs it with autograd off when
+        it is decorated `@torch.no_grad()`, calls it inside a `no_grad` block, or is a base class's method that a
+        class nearer `cls` overrides and reaches only through `super()` from a caller that runs with autograd off
+        (hanlp's `Component.__call__`, run by `TorchComponent.__call__` under `@torch.no_grad()`). Calls from
+        outside the hierarchy are not seen."""
+        order = self._hierarchy(module, cls)
+        verdicts = [
+            self._runs_without_grad(order, index, name, method)
+            for index, (owner, owner_cls) in enumerate(order)
+            if (outlined := self.outline(owner)) is not None
+            for name in outlined.classes[owner_cls].methods
+            if (function := outlined.function(f"{owner_cls}.{name}")) is not None
+            and Ref("class", owner_cls, method=method) in function.calls
+        ]
+        return all(verdicts) if verdicts else None
+
+    def _runs_without_grad(self, order: list[tuple[str, str]], index: int, name: str, callee: str) -> bool:
+        """Whether the method `name` of the `index`-th class of `order` calls `self.<callee>` with autograd off."""
+        owner, cls = order[index]
+        outlined = self.outline(owner)
+        span = outlined.spans.get(f"{cls}.{name}") if outlined is not None else None
+        if span is None:
+            return False
+        if span.without_grad or callee in span.calls_without_grad:
+            return True
+        nearer = [
+            position
+            for position, (other, other_cls) in enumerate(order[:index])
+            if (found := self.outline(other)) is not None and name in found.classes[other_cls].methods
+        ]
+        # Overridden nearer `cls`: run only through `super().<name>(...)` from the override next in line.
+        return bool(nearer) and self._runs_without_grad(order, nearer[-1], name, "super")
+
+    def _hierarchy(self, module: str, cls: str) -> list[tuple[str, str]]:
+        """`cls` of `module` and its project base classes, nearest first (depth first, as Python's order is for
+        single inheritance)."""
+        order: list[tuple[str, str]] = []
+        pending = [(module, cls)]
+        while pending and len(order) < MAX_REEXPORTS * 4:
+            owner, name = pending.pop(0)
+            outlined = self.outline(owner)
+            if (owner, name) in order or outlined is None or name not in outlined.classes:
+                continue
+            order.append((owner, name))
+            bases = [self.class_of(base, owner) for base in outlined.classes[name].bases]
+            pending[:0] = [base for base in bases if base is not None]
+        return order
 
     def affects(self, module: str, qualname: str) -> bool:
         """Whether the function may affect gradient state: its code shows it, or a project function it calls may.

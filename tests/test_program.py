@@ -274,6 +274,94 @@ def test_a_method_is_found_through_a_base_class_in_another_module(tmp_path: Path
     assert codes(tmp_path) == {("trainer.py", 6, "GL002"), ("base.py", 9, "GL002")}
 
 
+def test_a_method_only_base_classes_call_runs_in_the_grad_mode_they_call_it_in(tmp_path: Path) -> None:
+    """hanlp's shape (draw 11): `predict` run only by a base class's `@torch.no_grad()` `__call__`, through `super()`
+    from another module; a pipeline base that runs `self.forward` inside `with torch.no_grad():`."""
+    write(
+        tmp_path,
+        {
+            "components.py": """\
+                import torch
+
+
+                class Component:
+                    def __call__(self, *args, **kwargs):
+                        return self.predict(*args, **kwargs)
+
+                    def predict(self, data):
+                        raise NotImplementedError
+
+
+                class TorchComponent(Component):
+                    @torch.no_grad()
+                    def __call__(self, *args, **kwargs):
+                        return super().__call__(*args, **kwargs)
+
+
+                class Pipeline:
+                    def __call__(self, inputs):
+                        with torch.no_grad():
+                            return self.forward(inputs)
+
+                    def forward(self, inputs):
+                        raise NotImplementedError
+            """,
+            "tasks.py": """\
+                from components import Component, Pipeline, TorchComponent
+
+
+                class Classifier(TorchComponent):
+                    def __init__(self, model, loader):
+                        self.model = model
+                        self.loader = loader
+
+                    def predict(self, data):
+                        self.model.eval()
+                        labels = []
+                        for batch in self.loader(data):
+                            labels.append(self.model(batch).argmax(-1))
+                        return labels
+
+
+                class Tagger(Component):
+                    def __init__(self, model, loader):
+                        self.model = model
+                        self.loader = loader
+
+                    def predict(self, data):
+                        self.model.eval()
+                        tags = []
+                        for batch in self.loader(data):
+                            tags.append(self.model(batch).argmax(-1))
+                        return tags
+
+
+                class DepthPipeline(Pipeline):
+                    def __init__(self, model, loader):
+                        self.model = model
+                        self.loader = loader
+
+                    def forward(self, inputs):
+                        self.model.eval()
+                        depths = []
+                        for batch in self.loader(inputs):
+                            depths.append(self.model(batch))
+                        return depths
+            """,
+        },
+    )
+    preview = Config(preview=True)
+    alone = {d.line for d in lint_paths([tmp_path / "tasks.py"], preview, jobs=1) if d.code == "GL009"}
+    whole = {d.line for d in lint_paths([tmp_path], preview, jobs=1) if d.code == "GL009"}
+    assert whole == {26}  # Tagger: Component.__call__ runs `self.predict` with autograd on
+    assert alone == whole  # linted alone, the file's own project is still read
+    outlined = whole_program([tmp_path / "tasks.py"]).outlines
+    assert outlined.hierarchy_without_grad("tasks", "Classifier", "predict") is True
+    assert outlined.hierarchy_without_grad("tasks", "Tagger", "predict") is False
+    assert outlined.hierarchy_without_grad("tasks", "DepthPipeline", "forward") is True
+    assert outlined.hierarchy_without_grad("tasks", "Classifier", "fit") is None  # nobody calls it
+
+
 def test_an_instance_of_a_project_class_runs_its_methods(tmp_path: Path) -> None:
     write(
         tmp_path,

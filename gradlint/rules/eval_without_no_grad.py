@@ -41,7 +41,11 @@ class EvalWithoutNoGrad(Rule):
     the model with autograd recording (`total += self._eval_step(batch)`), at the call,
     unless the helper wants gradients itself; a backward the call switches off by a literal
     argument does not count (`self.forward_and_loss(x, y, backward=False)` of a helper that
-    backpropagates under `if backward:`). A forward retried in an `except` handler
+    backpropagates under `if backward:`). A method that nothing in its module calls runs in
+    the grad mode its class and the project classes it derives from (in other modules too)
+    call it in: a `predict` that only a base class's `@torch.no_grad()` `__call__` runs,
+    directly or through `super().__call__(...)`, or a `forward` a pipeline base runs inside
+    `with torch.no_grad():`, is not reported. A forward retried in an `except` handler
     after the same forward failed under `no_grad` records on purpose (a model that needs
     autograd inside its forward) and is not reported.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions,

@@ -105,9 +105,23 @@ class CallerGradMode:
         if sites:
             result = all(self.without_grad(site) for site in sites)
         else:
-            result = function in self.collected.owners and function.name.value in UNSEEN_CALLER_NO_GRAD_METHODS
+            result = (
+                function in self.collected.owners and function.name.value in UNSEEN_CALLER_NO_GRAD_METHODS
+            ) or self.hierarchy_without_grad(function)
         self._without_grad[function] = result
         return result
+
+    def hierarchy_without_grad(self, function: cst.FunctionDef) -> bool:
+        """Whether `function`, a method, is called by its class or the project classes it derives from (in other
+        modules too) only with autograd off: a base class's `@torch.no_grad()` `__call__` that runs
+        `self.predict(...)`, a pipeline that runs `self.forward(...)` inside `with torch.no_grad():`."""
+        owner = self.collected.owners.get(function)
+        program = self.events.program
+        return (
+            owner is not None
+            and program is not None
+            and program.method_without_grad(owner.name.value, function.name.value)
+        )
 
 
 def _switches_grad_off(value: cst.BaseExpression) -> bool:

@@ -427,6 +427,11 @@ class ModuleProgram:
         keywords = {arg.keyword.value: arg.value for arg in construction.args if arg.keyword is not None}
         return bind(init, positional, keywords, cst.Name("self")).get(param)
 
+    def method_without_grad(self, cls: str, method: str) -> bool:
+        """Whether every call of `self.<method>` that the class `cls` of this module and its project base classes make
+        runs with autograd off, and there is one (`gradlint.index.Outlines.hierarchy_without_grad`)."""
+        return self.program.outlines.hierarchy_without_grad(self.module, cls, method) is True
+
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""
         ref = name_ref(dotted, imports)

@@ -543,8 +543,11 @@ class Evaluation:
         context = self.collected.contexts[node]
         if context.grad_mode is not GradMode.ENABLED:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
-        sites = self.callers.call_sites(context.function) if context.function is not None else []
-        return not sites or depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
+        function = context.function
+        sites = self.callers.call_sites(function) if function is not None else []
+        if not sites:
+            return function is None or not self.callers.hierarchy_without_grad(function)
+        return depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
 
 
 def _cut_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
