@@ -40,7 +40,10 @@ class ClipOrder(Rule):
     effectively stops. Call `scaler.unscale_(optimizer)` between `backward()` and the
     clip; `scaler.step(optimizer)` then knows they are unscaled. Where a flag chooses mixed
     precision (`if mixed: scaler.scale(loss).backward(); scaler.unscale_(opt) else:
-    loss.backward()`, then the clip), the unscale in the arm that scaled covers that arm.
+    loss.backward()`, then the clip), the unscale in the arm that scaled covers that arm. So
+    do methods of one helper object that test the same state of it (`amp.backward(loss)`
+    scaling under `if self.activated:`, `amp.step(model, opt)` clipping in its `else`
+    without a scaler): their arms go together.
 
     A helper that backpropagates and leaves the step to its callers (a multi-task
     weighting's `backward(losses)`) is judged on its own: a clip that comes before its

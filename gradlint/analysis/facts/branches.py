@@ -20,6 +20,8 @@ from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import dotted_name, names_in
 from gradlint.analysis.syntax.tree import descendants
 
+# Marks an arm named by the test of its `if` (an object's own state: `if self.is_mixed():`) rather than its place.
+STATE_TEST = "self:"
 EXITS = (cst.Return, cst.Raise)
 LOOP_EXITS = (cst.Continue, cst.Break)
 
@@ -51,6 +53,8 @@ class Branches:
                 return True
         if self._opposite_tests(first, second) or (first.site is second.site and _other_arms(first, second)):
             return True
+        if _same_receiver(first.site, second.site) and _other_arms(first, second, STATE_TEST):
+            return True  # Ex) amp.backward(loss) scales `if self.activated:`; amp.step(opt) clips in its `else`
         # A `return` in a helper leaves only the helper: both events must come from one body.
         same_body = first.site is second.site or (first.site is first.node and second.site is second.node)
         return same_body and any(
@@ -191,10 +195,34 @@ def negates(first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
     return same_side and operators in ({cst.Is, cst.IsNot}, {cst.Equal, cst.NotEqual})
 
 
-def _other_arms(first: Event, second: Event) -> bool:
-    """Whether two events one call runs in another module sit in different branches of one `if` there."""
-    arms = dict(arm.rpartition("=")[::2] for arm in first.arms)
-    return any(arms.get(branch, taken) != taken for branch, _, taken in (arm.rpartition("=") for arm in second.arms))
+def _other_arms(first: Event, second: Event, prefix: str = "") -> bool:
+    """Whether two events one call runs in another module sit in different branches of one `if` there (with
+    `prefix`, only the arms named so count: tests of the object's own state, which its methods agree on)."""
+    arms = dict(arm.rpartition("=")[::2] for arm in first.arms if arm.startswith(prefix))
+    return any(
+        arms.get(branch, taken) != taken
+        for branch, _, taken in (arm.rpartition("=") for arm in second.arms if arm.startswith(prefix))
+    )
+
+
+def is_state_test(test: cst.BaseExpression) -> bool:
+    """Whether `test` reads only its object's own state: `self.flag`, `self.cfg.amp`, `self.is_mixed()` (no
+    arguments), negated or not. A configuration an object is built with, which its methods test alike."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return is_state_test(test.expression)
+    if isinstance(test, cst.Call) and not test.args:
+        test = test.func
+    key = dotted_name(test) if isinstance(test, cst.Attribute) else None
+    return key is not None and key.startswith("self.")
+
+
+def _same_receiver(first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether two calls are methods of one named object (`amp.backward(loss)`, `amp.step(opt)`)."""
+    receivers = [
+        dotted_name(node.func.value) if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
+        for node in (first, second)
+    ]
+    return receivers[0] is not None and receivers[0] == receivers[1]
 
 
 def only_in_eval_mode(collected: Collected, node: cst.CSTNode) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 import libcst as cst
 
+from gradlint.analysis.facts.branches import STATE_TEST, is_state_test
 from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import ITERABLE_WRAPPERS, parameters_holder
 from gradlint.analysis.facts.roles import Role
@@ -215,7 +216,7 @@ class _Summarizer:
                 "needs": self._needs(item, function, params, none=True),
                 "needs_true": self._needs(item, function, params, none=False),
                 "arms": tuple(
-                    f"{self._if_index(branch, function)}={0 if self.collected.in_body(branch, item) else 1}"
+                    f"{self._if_key(branch, function)}={0 if self.collected.in_body(branch, item) else 1}"
                     for branch in context.ifs
                     if isinstance(branch, cst.If)
                 ),
@@ -246,6 +247,13 @@ class _Summarizer:
                 if effect is not None:
                     effects.append(effect)
         return effects
+
+    def _if_key(self, branch: cst.If, function: cst.FunctionDef) -> str:
+        """What names an `if` among the arms: its test, where it reads only its object's own state (`if
+        self.is_mixed():`, `if not self.activated:`; see `branches.STATE_TEST`), so that two methods of one object
+        testing the same state take the same arm; else its place in `function`."""
+        test = cst.Module([]).code_for_node(branch.test)
+        return STATE_TEST + test if is_state_test(branch.test) else str(self._if_index(branch, function))
 
     def _if_index(self, branch: cst.If, function: cst.FunctionDef) -> int:
         """The place of `branch` among the `if` statements of `function`, in source order."""
