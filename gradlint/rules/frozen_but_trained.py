@@ -43,7 +43,9 @@ class FrozenButTrained(Rule):
     gradients to None since PyTorch 2.0), are fine; so is plain SGD without momentum or
     weight decay, where a zero gradient moves nothing. Blocks named `unfreeze` that set
     True, and freeze blocks that also set something to False (freeze everything, then
-    thaw the head), are not reported.
+    thaw the head), are not reported, also when the thaw sits in an inner block whose own
+    test names freezing (`if freeze: ... p.requires_grad = False; if freeze_expression:
+    p.requires_grad = True`): every freeze block around a setting must set only True.
 
     Known problems
     The late freeze is seen when the optimizer is built earlier in the same function, or

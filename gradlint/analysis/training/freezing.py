@@ -262,8 +262,10 @@ class Freezing:
                 continue
             if isinstance(node, cst.Assign) and self.is_module(receiver, node):
                 continue  # a plain attribute of a module: reported as that
-            block = self._freeze_block(node)
-            if block is not None and all(v is True for n, v, _ in settings if self._inside(n, block)):
+            # Freeze everything, then thaw some (`if freeze: for p in ...: p.requires_grad = False; if
+            # freeze_expression: p.requires_grad = True`): each block the setting sits in must set only True.
+            blocks = self._freeze_blocks(node)
+            if blocks and all(v is True for block in blocks for n, v, _ in settings if self._inside(n, block)):
                 yield node
 
     def _holds_parameters(self, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:
@@ -284,17 +286,20 @@ class Freezing:
                 found.append((self.collected.statement_of.get(call, call), value, func.value))
         return found
 
-    def _freeze_block(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    def _freeze_blocks(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The blocks around `node` that say they freeze: the bodies of `if freeze...:` and a function named so."""
         context = self.collected.contexts.get(node)
         if context is None:
-            return None
-        for branch in reversed(context.ifs):
-            if isinstance(branch, cst.If) and _says_freeze(branch.test) and self.collected.in_body(branch, node):
-                return branch.body
+            return []
+        blocks: list[cst.CSTNode] = [
+            branch.body
+            for branch in context.ifs
+            if isinstance(branch, cst.If) and _says_freeze(branch.test) and self.collected.in_body(branch, node)
+        ]
         function = context.function
         if function is not None and FREEZE_NAME.match(function.name.value):
-            return function
-        return None
+            blocks.append(function)
+        return blocks
 
     def _inside(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
         context = self.collected.contexts.get(node)
