@@ -41,7 +41,10 @@ class EvalWithoutNoGrad(Rule):
     the model with autograd recording (`total += self._eval_step(batch)`), at the call,
     unless the helper wants gradients itself; a backward the call switches off by a literal
     argument does not count (`self.forward_and_loss(x, y, backward=False)` of a helper that
-    backpropagates under `if backward:`). A method that nothing in its module calls runs in
+    backpropagates under `if backward:`). A function runs in the grad mode of the calls of
+    its module, calls on an instance of its class included (an ensemble's `forward` that
+    only a trainer's `with torch.no_grad():` loop runs as `self.ensemble.forward(batch)` is
+    not reported). A method that nothing in its module calls runs in
     the grad mode its class and the project classes it derives from (in other modules too)
     call it in: a `predict` that only a base class's `@torch.no_grad()` `__call__` runs,
     directly or through `super().__call__(...)`, or a `forward` a pipeline base runs inside

@@ -47,7 +47,7 @@ class CallerGradMode:
     def _index_call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
         sites: dict[cst.FunctionDef, list[cst.Call]] = {}
         for call in self.collected.calls:
-            helper = self.events.resolve_helper(call)
+            helper = self.events.resolve_helper(call) or self.events.resolve_instance_method(call)
             if helper is not None:
                 sites.setdefault(helper, []).append(call)
         return sites
