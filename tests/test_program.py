@@ -1290,3 +1290,53 @@ def test_every_effect_the_analysis_knows_marks_a_helper_of_another_module_as_aff
     outlined = outline((tmp_path / "modes.py").read_bytes())
     assert outlined is not None
     assert [outlined.function(name).maybe_effects for name in ("set_mode", "reset")] == [True, True]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("overflow", "expected"),
+    [
+        # The clear runs only where the manager skips the update and returns: the step never applies nothing.
+        ("if overflow:\n    self.zero_grad()\n    return", set()),
+        ("if overflow:\n    self.zero_grad()\n    raise RuntimeError('overflow')", set()),
+        # A clear that does not leave is followed by the step.
+        ("if overflow:\n    self.zero_grad()", {("train.py", 10, "GL002")}),
+        ("self.zero_grad()", {("train.py", 10, "GL002")}),
+    ],
+)
+def test_a_clear_in_a_branch_that_returns_never_precedes_what_follows_it(
+    tmp_path: Path, overflow: str, expected: set[tuple[str, int, str]]
+) -> None:
+    body = textwrap.indent(overflow, " " * 8)
+    write(
+        tmp_path,
+        {
+            "manager.py": f"""\
+import torch
+
+class Manager:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+    def step(self):
+        overflow = not all(torch.isfinite(p.grad).all() for g in self.optimizer.param_groups for p in g["params"])
+{body}
+        self.optimizer.step()
+""",
+            "train.py": """\
+                import torch
+                from manager import Manager
+
+                def train(model, data):
+                    manager = Manager(torch.optim.SGD(model.parameters(), lr=0.1))
+                    for x in data:
+                        manager.zero_grad()
+                        loss = model(x).sum()
+                        loss.backward()
+                        manager.step()
+            """,
+        },
+    )
+    assert {row for row in codes(tmp_path) if row[2] == "GL002"} == expected

@@ -15,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from gradlint.analysis.facts.branches import STATE_TEST, is_state_test
+from gradlint.analysis.facts.branches import EXITS, STATE_TEST, is_state_test
 from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import ITERABLE_WRAPPERS, parameters_holder
 from gradlint.analysis.facts.roles import Role
@@ -55,7 +55,10 @@ class Effect:
     `arms`: the branches of the function's `if` statements the effect runs in, as "N=0" (the
     body) or "N=1" (the `else`/`elif` chain) by the order of the `if` in the module; an
     effect reached through a call has that call's arms, then its own prefixed by the
-    call's index ("3/N=1"). Two effects whose arms differ at one `if` never both run.
+    call's index ("3/N=1"). Two effects whose arms differ at one `if` never both run. A branch that ends by
+    leaving the function (`return`, `raise`) is an arm of its own, "N!0" for the body and "N!1" for the `else`:
+    "=0" for the effects inside it, "=1" for those after its `if`, which run only when it did not (`if overflow:
+    opt.zero_grad(); return` then `opt.step()`).
     """
 
     kind: str
@@ -159,6 +162,8 @@ class _Summarizer:
         self.imports = analysis.imports
         self._updates: frozenset[cst.CSTNode] | None = None
         self._ifs: dict[cst.FunctionDef, dict[cst.If, int]] = {}
+        self._leaving: dict[cst.FunctionDef, list[tuple[str, frozenset[cst.CSTNode], int]]] = {}
+        self._order: dict[cst.FunctionDef, dict[cst.CSTNode, int]] = {}
 
     def summary(self) -> ModuleSummary:
         functions = {}
@@ -215,10 +220,13 @@ class _Summarizer:
                 "enables_grad": enables,
                 "needs": self._needs(item, function, params, none=True),
                 "needs_true": self._needs(item, function, params, none=False),
-                "arms": tuple(
-                    f"{self._if_key(branch, function)}={0 if self.collected.in_body(branch, item) else 1}"
-                    for branch in context.ifs
-                    if isinstance(branch, cst.If)
+                "arms": (
+                    *(
+                        f"{self._if_key(branch, function)}={0 if self.collected.in_body(branch, item) else 1}"
+                        for branch in context.ifs
+                        if isinstance(branch, cst.If)
+                    ),
+                    *self._leaving_arms(item, function),
                 ),
             }
             if isinstance(item, cst.Call):
@@ -254,6 +262,37 @@ class _Summarizer:
         testing the same state take the same arm; else its place in `function`."""
         test = cst.Module([]).code_for_node(branch.test)
         return STATE_TEST + test if is_state_test(branch.test) else str(self._if_index(branch, function))
+
+    def _leaving_arms(self, item: cst.CSTNode, function: cst.FunctionDef) -> list[str]:
+        """The arms `item` takes of the branches of `function` that end by leaving it (see `Effect`)."""
+        if function not in self._leaving:
+            self._leaving[function] = self._leaving_branches(function)
+        place = self._order[function].get(item, -1)
+        return [
+            f"{key}={0 if item in inside else 1}"
+            for key, inside, end in self._leaving[function]
+            if item in inside or place > end
+        ]
+
+    def _leaving_branches(self, function: cst.FunctionDef) -> list[tuple[str, frozenset[cst.CSTNode], int]]:
+        """The branches of `function`'s own `if` statements that end in `return` or `raise` and hold one of its
+        items: their arm, their nodes, and the place of the last node of their `if` in `function`."""
+        nodes = descendants(function)
+        self._order[function] = order = {node: index for index, node in enumerate(nodes)}
+        items = self.events.items_of(function)
+        found = []
+        for statement in nodes:
+            context = self.collected.contexts.get(statement)
+            if not isinstance(statement, cst.If) or context is None or context.scope is not function:
+                continue
+            for side, branch in enumerate((statement.body, statement.orelse)):
+                if not isinstance(branch, cst.IndentedBlock) or not _leaves(branch):
+                    continue
+                inside = frozenset(descendants(branch))
+                if any(item in inside for item in items):
+                    end = order[descendants(statement)[-1]]
+                    found.append((f"{self._if_index(statement, function)}!{side}", inside, end))
+        return found
 
     def _if_index(self, branch: cst.If, function: cst.FunctionDef) -> int:
         """The place of `branch` among the `if` statements of `function`, in source order."""
@@ -428,6 +467,12 @@ def _unwrapped(iterable: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
         iterable = iterable.args[-1].value
     return iterable
+
+
+def _leaves(block: cst.IndentedBlock) -> bool:
+    """Whether `block` ends with a `return` or a `raise`."""
+    last = block.body[-1] if block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], EXITS)
 
 
 def _star_name(param: object) -> str | None:
