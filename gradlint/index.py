@@ -128,6 +128,8 @@ class Span:
     # for `super().<its own name>(...)`) only inside `with torch.no_grad():` or `torch.inference_mode()` blocks.
     without_grad: bool = False
     calls_without_grad: tuple[str, ...] = ()
+    # The method of `self` whose result is all the function does and returns (`return self.quantize(x)`).
+    delegates_to: str | None = None
 
 
 @dataclass
@@ -367,8 +369,28 @@ def _span(node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Sp
     inside, outside = _self_calls_by_grad_mode(node)
     calls_without_grad = tuple(sorted(inside - outside))
     return Span(
-        start, end, owner, tuple(names), keyword_only, defaults_off, varargs, varkw, without_grad, calls_without_grad
+        start,
+        end,
+        owner,
+        tuple(names),
+        keyword_only,
+        defaults_off,
+        varargs,
+        varkw,
+        without_grad,
+        calls_without_grad,
+        _delegate(body) if owner is not None else None,
     )
+
+
+def _delegate(body: list[ast.stmt]) -> str | None:
+    """The method of `self` a body of one `return self.<method>(...)` hands its work to."""
+    if len(body) != 1 or not isinstance(returned := body[0], ast.Return) or not isinstance(returned.value, ast.Call):
+        return None
+    func = returned.value.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return func.attr
+    return None
 
 
 def _switches_grad_off(node: ast.expr) -> bool:
@@ -808,6 +830,30 @@ class Outlines:
         ]
         return all(verdicts) if verdicts else None
 
+    def runs_without_grad(self, ref: Ref, module: str, method: str) -> bool:
+        """Whether `method` of the project class `ref` names (from `module`) runs with autograd off whoever calls
+        it: it, as the class or its project bases define it, is decorated `@torch.no_grad()` or
+        `@torch.inference_mode()`, or only returns what such a method of the same object returns (`def forward(self,
+        x): return self.quantize(x)` with `quantize` decorated)."""
+        target = self._class_target(ref, module)
+        for _ in range(MAX_REEXPORTS):
+            located = self._method(*target, method, skip_own=False, seen=set()) if target is not None else None
+            outlined = self.outline(located[0]) if located is not None else None
+            span = outlined.spans.get(located[1]) if outlined is not None and located is not None else None
+            if span is None or span.without_grad:
+                return span is not None
+            if span.delegates_to is None:
+                return False
+            method = span.delegates_to
+        return False
+
+    def _class_target(self, ref: Ref, module: str) -> tuple[str, str] | None:
+        """(module, class name) of the project class `ref` names from `module`."""
+        if ref.kind == "class":
+            return module, ref.name
+        dotted = self._absolute(ref, module)
+        return self._definition(dotted, 0) if dotted is not None else None
+
     def _runs_without_grad(self, order: list[tuple[str, str]], index: int, name: str, callee: str) -> bool:
         """Whether the method `name` of the `index`-th class of `order` calls `self.<callee>` with autograd off."""
         owner, cls = order[index]
@@ -881,11 +927,7 @@ class Outlines:
 
     def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
         """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
-        if ref.kind == "class":
-            target: tuple[str, str] | None = (module, ref.name)
-        else:
-            dotted = self._absolute(ref, module)
-            target = self._definition(dotted, 0) if dotted is not None else None
+        target = self._class_target(ref, module)
         found: list[str] = []
         pending = [target] if target is not None else []
         seen: set[tuple[str, str]] = set()

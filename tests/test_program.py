@@ -1340,3 +1340,66 @@ class Manager:
         },
     )
     assert {row for row in codes(tmp_path) if row[2] == "GL002"} == expected
+
+
+@pytest.mark.parametrize(
+    ("methods", "expected"),
+    [
+        # forward itself turns autograd off: evaluating the model records nothing.
+        ("@torch.inference_mode()\ndef forward(self, x):\n    return self.proj(x)", set()),
+        ("@torch.no_grad()\ndef forward(self, x):\n    return self.proj(x)", set()),
+        # forward hands all its work to a method of its own that does.
+        (
+            "@torch.inference_mode()\ndef quantize(self, x):\n    return self.proj(x).argmax(-1)\n\n"
+            "def forward(self, x):\n    return self.quantize(x)",
+            set(),
+        ),
+        # forward runs its own layer before handing over: that layer records.
+        (
+            "@torch.inference_mode()\ndef quantize(self, x):\n    return x.argmax(-1)\n\n"
+            "def forward(self, x):\n    x = self.proj(x)\n    return self.quantize(x)",
+            {("cli.py", 11, "GL009")},
+        ),
+        # the method it hands over to records.
+        (
+            "def quantize(self, x):\n    return self.proj(x).argmax(-1)\n\n"
+            "def forward(self, x):\n    return self.quantize(x)",
+            {("cli.py", 11, "GL009")},
+        ),
+    ],
+)
+def test_a_model_whose_forward_turns_autograd_off_records_nothing(
+    tmp_path: Path, methods: str, expected: set[tuple[str, int, str]]
+) -> None:
+    body = textwrap.indent(methods, " " * 4)
+    write(
+        tmp_path,
+        {
+            "tokenizer.py": f"""\
+import torch
+from torch import nn
+
+class Tokenizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+{body}
+""",
+            "cli.py": """\
+                import torch
+                from torch.utils.data import DataLoader
+                from tokenizer import Tokenizer
+
+                def tokenize(data):
+                    model = Tokenizer()
+                    model.eval()
+                    loader = DataLoader(data, batch_size=2)
+                    codes = []
+                    for x in loader:
+                        codes.append(model(x).tolist())
+                    return codes
+            """,
+        },
+    )
+    assert {row for row in codes(tmp_path) if row[2] == "GL009"} == expected

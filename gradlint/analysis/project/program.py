@@ -432,6 +432,12 @@ class ModuleProgram:
         runs with autograd off, and there is one (`gradlint.index.Outlines.hierarchy_without_grad`)."""
         return self.program.outlines.hierarchy_without_grad(self.module, cls, method) is True
 
+    def runs_without_grad(self, dotted: str, method: str, imports: ImportMap) -> bool:
+        """Whether `method` of the project class `dotted` names (through `imports`, or this module's own) runs with
+        autograd off whoever calls it (`gradlint.index.Outlines.runs_without_grad`)."""
+        ref = name_ref(dotted, imports, local_classes=True)
+        return ref is not None and self.program.outlines.runs_without_grad(ref, self.module, method)
+
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""
         ref = name_ref(dotted, imports)

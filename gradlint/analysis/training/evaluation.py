@@ -457,11 +457,19 @@ class Evaluation:
         return any(_the_item(arg.value) in items for arg in call.args)
 
     def _builds_no_graph(self, call: cst.Call) -> bool:
-        """Whether `call` runs a module proven to hold no trainable parameters on inputs proven to carry no graph:
-        it records nothing, under no_grad or not."""
+        """Whether `call` records nothing, under no_grad or not: it runs a module proven to hold no trainable
+        parameters on inputs proven to carry no graph, or a project class whose `forward` turns autograd off
+        itself (`@torch.inference_mode()`, or handing its work to a method of its own that does)."""
+        receiver = forward_receiver(call.func)
+        view = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("forward")))
+        built = self.events.instance_class(view, call)
+        program = self.events.program
+        imports = self.events.imports
+        if built is not None and program is not None and program.runs_without_grad(built, "forward", imports):
+            return True
         statement = self.collected.statement_of.get(call)
         scope = self.collected.contexts[call].scope
-        if statement is None or not self.values.holds_no_parameters(forward_receiver(call.func), scope):
+        if statement is None or not self.values.holds_no_parameters(receiver, scope):
             return False
         return not any(self.values.is_grad(arg.value, statement) for arg in call.args)
 
