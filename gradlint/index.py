@@ -35,6 +35,8 @@ EFFECT = re.compile(
 )
 # A method that adds onto or appends to an attribute of its object (`self.sum += val`,
 # `self.values[key].append(val)`): it may keep what a caller passes it (`facts.keeping`).
+# Code that may cut autograd history: what `facts.terms` calls a cut, and grad mode switched off.
+CUTS = re.compile(rb"\.(?:detach|item|numpy|tolist|data)\b|\btorch\.(?:tensor|Tensor)\(|\b(?:no_grad|inference_mode)\b")
 KEEPS = re.compile(
     rb"self\.(\w+)\s*=\s*self\.\1\s*[+-]|self\.\w+(?:\[[^\]\n]*\])*\s*[+-]=\s*[A-Za-z_(]|self\.\w+(?:\[[^\]\n]*\]|\.(?:setdefault|get)\([^)\n]*\))*\.(?:append|extend|insert|appendleft)\("
 )
@@ -81,6 +83,7 @@ class FunctionOutline:
     calls: tuple[Ref, ...] = ()
     maybe_keeps: bool = False  # a method whose code may keep an argument on its object
     maybe_builds: bool = False  # code that may return an object it builds (`return torch.optim.Adam(...)`)
+    maybe_cuts: bool = False  # code that may return a value cut from autograd history (`return out.detach()`)
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,7 @@ class ModuleOutline:
                     and len(span.params) > 1
                     and KEEPS.search(_STRINGS.sub(b"", code)) is not None,
                     maybe_builds=_builds(_STRINGS.sub(b"", code)),
+                    maybe_cuts=span.without_grad or CUTS.search(_STRINGS.sub(b"", code)) is not None,
                 )
             else:
                 return None
@@ -975,7 +979,7 @@ class Outlines:
 
     def worth_reading(self, module: str, qualname: str) -> bool:
         """Whether a LibCST summary of the function may say more than `analysed` asks of it: it is a method that
-        may keep what it is passed, or it may return an object it builds."""
+        may keep what it is passed, it may return an object it builds, or a value cut from autograd history."""
         found = self.outline(module)
         function = found.function(qualname) if found is not None else None
-        return function is not None and (function.maybe_keeps or function.maybe_builds)
+        return function is not None and (function.maybe_keeps or function.maybe_builds or function.maybe_cuts)

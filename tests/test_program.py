@@ -1403,3 +1403,50 @@ class Tokenizer(nn.Module):
         },
     )
     assert {row for row in codes(tmp_path) if row[2] == "GL009"} == expected
+
+
+CUTTING_MODULE = """\
+import torch
+
+def detached_gap(model, x):
+    return model(x).pow(2).mean().detach()
+
+@torch.no_grad()
+def teacher_gap(teacher, x, out):
+    return (teacher(x) - out).pow(2).mean()
+
+def either(value, keep):
+    if keep:
+        return value
+    return value.detach()
+"""
+
+CUT_TRAINING = """\
+import torch
+from torch import nn
+from cutting import detached_gap, either, teacher_gap
+
+def step(model, aux, teacher, x, y):
+    out = model(x)
+    loss = nn.functional.mse_loss(out, y) + detached_gap(aux, x)
+    loss = loss + teacher_gap(teacher, x, aux(x))
+    loss = loss + either(aux(x).mean(), keep=True)
+    loss.backward()
+"""
+
+
+def test_a_term_another_module_cuts_at_every_return_trains_nothing(tmp_path: Path, monkeypatch) -> None:
+    write(tmp_path, {"cutting.py": CUTTING_MODULE, "train.py": CUT_TRAINING})
+    assert {row for row in codes(tmp_path) if row[2] == "GL019"} == {("train.py", 7, "GL019"), ("train.py", 8, "GL019")}
+    # torch agrees: only the term cut on some paths trains `aux`; the other two give it nothing.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    cutting = importlib.import_module("cutting")
+    model, aux, teacher = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    for term in (cutting.detached_gap(aux, x), cutting.teacher_gap(teacher, x, aux(x))):
+        assert not term.requires_grad
+    (model(x).mean() + cutting.either(aux(x).mean(), keep=True)).backward()
+    assert aux.weight.grad is not None

@@ -41,11 +41,16 @@ class DetachedLossTerm(Rule):
     A model whose `forward` returns `torch.tensor(aux_losses)` beside its output is reported
     too: the caller adds that auxiliary loss to its own, and it trains nothing.
 
+    A term returned by a function of another module of the project is cut when every `return`
+    of that function gives a value cut from the history it had (`return penalty.item()`,
+    `return out.detach()`, a function decorated `@torch.no_grad()` that returns a model's
+    output): its summary says so.
+
     Known problems
     A loss is seen where it is backpropagated (`backward()`, also in a helper of another
     module, a Lightning `training_step`, a Trainer's `compute_loss`) or returned under a
-    name that says loss. A term cut in a function of another module, and a loss built as
-    `sum(...)` or `torch.stack(...).sum()` of a list, are not seen.
+    name that says loss. A function of another module that cuts on some paths only, and a
+    loss built as `sum(...)` or `torch.stack(...).sum()` of a list, are not seen.
 
     References
     https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html
@@ -105,6 +110,9 @@ class DetachedLossTerm(Rule):
                 if isinstance(cut.operation, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
                     computed = self.analysis.code(_bound(cut.operation))
                     named = f"`{computed}` is computed under torch.no_grad(), which cuts this term from the graph"
+                elif isinstance(cut.operation, cst.Call) and self.analysis.lineage.cut_elsewhere(cut.operation):
+                    code = self.analysis.code(cut.operation)
+                    named = f"`{code}` returns a value its function in another module cut from the graph"
                 else:
                     named = f"`{self.analysis.code(cut.operation)}` cuts this term from the graph"
                 related = [(loss.at, note.format(self.analysis.code(loss.value)))]

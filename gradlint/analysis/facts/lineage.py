@@ -102,6 +102,8 @@ class Lineage:
 NONE = Lineage(False, False, False)
 UNKNOWN = Lineage(True, False, False)
 SOURCE = Lineage(True, True, True)
+# What a function of another module returns after cutting the history it had.
+CUT_ELSEWHERE = Lineage(False, False, True)
 
 
 def network_output(call: cst.Call) -> Lineage:
@@ -204,6 +206,15 @@ class Lineages:
                     if value is not None:
                         found.append(Backpropagated(value, statement))
         return found
+
+    def cut_elsewhere(self, call: cst.Call) -> bool:
+        """Whether `call` runs a project function of another module whose every `return` gives a value cut from
+        the history it had (its summary's `returns_cut`)."""
+        program = self.events.program
+        context = self.collected.contexts.get(call)
+        if program is None or context is None:
+            return False
+        return program.returns_cut(call, context, self.events)
 
     def is_criterion_call(self, call: cst.Call) -> bool:
         """A loss function call: a criterion object (`nn.CrossEntropyLoss()`) or `F.mse_loss`."""
@@ -475,6 +486,8 @@ class Lineages:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None and depth < MAX_DEPTH:
             return self._trace_helper(call, helper, at, bindings, depth)
+        if self.cut_elsewhere(call):
+            return CUT_ELSEWHERE.cut_by(call)
         if self.is_criterion_call(call):
             return self._trace_criterion(call, at, bindings, depth)
         if self._is_model_call(func, at):
@@ -495,6 +508,8 @@ class Lineages:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None and depth < MAX_DEPTH:
             return self._trace_helper(call, helper, at, bindings, depth)
+        if self.cut_elsewhere(call):
+            return CUT_ELSEWHERE.cut_by(call)
         if self.roles.role(func.value) is Role.MODEL and method not in TENSOR_METHODS:
             return network_output(
                 call

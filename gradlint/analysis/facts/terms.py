@@ -20,6 +20,7 @@ from gradlint.analysis.facts.lineage import Lineage, Lineages, criterion_sides
 from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.tree import descendants
 
 MAX_DEPTH = 8
 MAX_ALTERNATIVES = 32
@@ -103,6 +104,31 @@ class LossTerms:
             alternatives.extend(sums)
         return alternatives[:MAX_ALTERNATIVES]
 
+    def returns_cut(self, function: cst.FunctionDef) -> bool:
+        """Whether every `return` of `function` gives a value cut from the autograd history it had (`return
+        out.detach()`, `return torch.tensor(losses)`, a return in `@torch.no_grad()` code of a value with history):
+        a caller in another module that adds it to its loss adds a term that trains nothing."""
+        returns = [
+            statement
+            for statement in self.collected.statements_in_scope(function)
+            if isinstance(statement, cst.Return) and statement.value is not None
+        ]
+        if not returns or not (
+            self.collected.contexts[returns[0]].no_grad
+            or any(self._is_cutting(node) for node in self.collected.calls_in_scope(function))
+            or any(isinstance(node, cst.Attribute) and self._is_cutting(node) for node in descendants(function))
+        ):
+            return False
+        return all(self._cut_return(statement) for statement in returns)
+
+    def _cut_return(self, statement: cst.Return) -> bool:
+        value = statement.value
+        if value is None:
+            return False
+        if self.collected.contexts[statement].no_grad:
+            return self._had_history(value, statement)  # computed without history, whatever it reads
+        return not self._live(value, statement) and self._blame(value, statement, frozenset(), 0) is not None
+
     def _scaled(self, product: cst.BinaryOperation, at: cst.CSTNode) -> cst.BaseExpression | None:
         """The sum in `product` that a weight without history scales: `(a + b)` in `(a + b) / k` or `0.5 * (a + b)`."""
         sides = [product.right] if isinstance(product.operator, cst.Divide) else [product.left, product.right]
@@ -184,6 +210,8 @@ class LossTerms:
         helper = self._helper(node)
         if helper is not None:
             return self._blame_returns(helper, seen, depth)
+        if isinstance(node, cst.Call) and self.lineages.cut_elsewhere(node):
+            return node  # Ex) loss = recon + reg(model), where `reg` of another module returns `penalty.item()`
         operands = _operands(node)
         if isinstance(node, cst.Call) and self.lineages.is_criterion_call(node):
             # A criterion's target side holds no term of the loss: a teacher's output under no_grad is fine.

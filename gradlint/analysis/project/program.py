@@ -374,6 +374,13 @@ class ModuleProgram:
             )
         return self._callees[call]
 
+    def returns_cut(self, call: cst.Call, context: Context, events: EventIndex) -> bool:
+        """Whether the project function in another module that `call` runs returns, at every `return`, a value cut
+        from the autograd history it had (its summary's `returns_cut`)."""
+        callee = self.callee_of(call, context, events)
+        function = self.program.read_function(callee.module, callee.qualname) if callee is not None else None
+        return function is not None and function.returns_cut
+
     def returned_role(self, dotted: str, imports: ImportMap) -> str | None:
         """The role (a `Role` value) of what the project function of another module that `dotted` names through
         `imports` returns, as its summary proves it (`make_optimizer(model)` building `torch.optim.Adam`)."""

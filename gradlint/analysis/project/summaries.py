@@ -20,6 +20,7 @@ from gradlint.analysis.facts.keeping import kept_parameters
 from gradlint.analysis.facts.leaves import ITERABLE_WRAPPERS, parameters_holder
 from gradlint.analysis.facts.roles import Role
 from gradlint.analysis.facts.steps import Kind, runs_when_off, updates_by_hand
+from gradlint.analysis.facts.terms import LossTerms
 from gradlint.analysis.syntax.collect import Scope
 from gradlint.analysis.syntax.names import last_name, names_in
 from gradlint.analysis.syntax.refs import all_params, call_ref, port, positional_params, stored_parameters
@@ -97,6 +98,7 @@ class FunctionSummary:
     keeps: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a method adds it onto or appends it to
     returns_role: str | None = None  # the `Role` value of what every return proves it builds: optimizer, scaler, model
     stores: tuple[tuple[str, str], ...] = ()  # (parameter, attribute of self) a constructor sets to what it is given
+    returns_cut: bool = False  # every return gives a value cut from the history it had (`facts.terms`)
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
             keeps=tuple((param, attribute) for param, attribute in item["keeps"]),
             returns_role=item["returns_role"],
             stores=tuple((param, attribute) for param, attribute in item["stores"]),
+            returns_cut=item["returns_cut"],
         )
         for name, item in data["functions"].items()
     }
@@ -164,6 +167,7 @@ class _Summarizer:
         self._ifs: dict[cst.FunctionDef, dict[cst.If, int]] = {}
         self._leaving: dict[cst.FunctionDef, list[tuple[str, frozenset[cst.CSTNode], int]]] = {}
         self._order: dict[cst.FunctionDef, dict[cst.CSTNode, int]] = {}
+        self.terms = LossTerms(analysis.collected, analysis.lineage, analysis.origins)
 
     def summary(self) -> ModuleSummary:
         functions = {}
@@ -206,6 +210,7 @@ class _Summarizer:
             stores=stored_parameters(function)
             if function in self.collected.owners and function.name.value == "__init__"
             else (),
+            returns_cut=self.terms.returns_cut(function),
         )
 
     def _effects(self, scope: Scope, function: cst.FunctionDef, params: frozenset[str], depth: int) -> list[Effect]:
