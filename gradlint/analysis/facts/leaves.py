@@ -240,10 +240,9 @@ class Leaves:
                 self._bind_target(target.target, statement.value, statement)
         elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
             self._bind_target(statement.target, statement.value, statement)
-        elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            switched = _requires_grad_switch(statement.value)
-            if switched is not None:
-                self._bind(dotted_name(switched[0]), Held.LEAF if switched[1] else Held.OTHER, statement)
+        elif isinstance(statement, cst.Expr):
+            for receiver, on in _switches(statement):
+                self._bind(dotted_name(receiver), Held.LEAF if on else Held.OTHER, statement)
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression, at: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -302,19 +301,20 @@ class Leaves:
         # Ex) ema.requires_grad_(False)  /  for p in teacher.parameters(): p.requires_grad = False
         frozen: set[str] = set()
         for statement in self.collected.statements:
-            switched = _requires_grad_switch(statement.value) if isinstance(statement, cst.Expr) else None
+            switches = _switches(statement) if isinstance(statement, cst.Expr) else []
             if isinstance(statement, cst.Assign) and isinstance(statement.targets[0].target, cst.Attribute):
                 target = statement.targets[0].target
                 if target.attr.value == "requires_grad" and _is_name(statement.value, "False"):
-                    switched = (target.value, False)
-            if switched is None or switched[1]:
-                continue
-            frozen.add(dotted_name(switched[0]) or "")
-            loops = self.collected.contexts[statement].loops
-            if loops and isinstance(loops[-1], cst.For) and dotted_name(loops[-1].target) == dotted_name(switched[0]):
-                iterable = loops[-1].iter
-                if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
-                    frozen.add(dotted_name(iterable.func.value) or "")
+                    switches = [(target.value, False)]
+            for receiver, on in switches:
+                if on:
+                    continue
+                frozen.add(dotted_name(receiver) or "")
+                loops = self.collected.contexts[statement].loops
+                if loops and isinstance(loops[-1], cst.For) and dotted_name(loops[-1].target) == dotted_name(receiver):
+                    iterable = loops[-1].iter
+                    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
+                        frozen.add(dotted_name(iterable.func.value) or "")
         return frozen
 
 
@@ -346,6 +346,17 @@ def is_leaf_value(value: cst.BaseExpression) -> bool:
     """True for an expression that creates a leaf requiring grad: `nn.Parameter(t)`, `x.detach().requires_grad_()`."""
     switched = _requires_grad_switch(value) if isinstance(value, cst.Call) else None
     return makes_leaf(value) or (switched is not None and switched[1])
+
+
+def _switches(statement: cst.Expr) -> list[tuple[cst.BaseExpression, bool]]:
+    """(receiver, on) for each switch an expression statement makes: one call, or a tuple of them
+    (`x_adv.detach_(), loss.detach_()`)."""
+    calls = (
+        [element.value for element in statement.value.elements]
+        if isinstance(statement.value, cst.Tuple)
+        else [statement.value]
+    )
+    return [switched for call in calls if (switched := _requires_grad_switch(call)) is not None]
 
 
 def _requires_grad_switch(call: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:

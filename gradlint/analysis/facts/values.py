@@ -526,8 +526,13 @@ class _Walker(ForwardWalk[bool]):
                 if elements is None
                 else tuple(not no_grad and self.values.evaluate(e.value, self.env, self.scope) for e in elements)
             )
-        elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            self._apply_inplace_call(statement.value)
+        elif isinstance(statement, cst.Expr):
+            # One call, or a tuple of them (`x_adv.detach_(), loss.detach_()`).
+            value = statement.value
+            calls = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+            for call in calls:
+                if isinstance(call, cst.Call):
+                    self._apply_inplace_call(call)
 
     def _apply_inplace_call(self, call: cst.Call) -> None:
         # x.detach_() and x.requires_grad_(False) cut a name's history in place; `acc.add_(loss)` and
