@@ -46,8 +46,9 @@ DRAWS = (
     "draw 9 of 2026-12-06: 61 libraries, 2.36 million lines, gradlint e5c945d",
     "draw 10 of 2026-12-07: 61 libraries, 0.97 million lines, gradlint c13eb6b",
     "draw 11 of 2026-12-07: 66 libraries, 1.03 million lines, gradlint b0cd1cc",
+    "draw 12 of 2026-12-07: 32 libraries, 0.86 million lines, gradlint ac6ea37",
 )
-LINES = "17.17 million"
+LINES = "18.03 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -65,6 +66,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 2),
         Measured(1, 0),
         Measured(2, 1),
+        NONE,
     ),
     "GL002": (
         Measured(3, 0),
@@ -78,8 +80,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(3, 0),
+        Measured(1, 0),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -92,6 +95,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 0),
         Measured(1, 0),
         Measured(1, 1),
+        Measured(5, 5),
     ),
     "GL005": (
         Measured(1, 0),
@@ -105,8 +109,22 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(5, 2),
         NONE,
         Measured(2, 2),
+        Measured(1, 0),
     ),
-    "GL006": (NONE, Measured(15, 0), NONE, NONE, Measured(2, 0), NONE, Measured(2, 0), NONE, NONE, NONE, NONE),
+    "GL006": (
+        NONE,
+        Measured(15, 0),
+        NONE,
+        NONE,
+        Measured(2, 0),
+        NONE,
+        Measured(2, 0),
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        Measured(2, 0),
+    ),
     "GL007": (
         NONE,
         Measured(4, 4),
@@ -119,6 +137,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(3, 2),
         Measured(3, 1),
+        NONE,
     ),
     "GL008": (
         Measured(5, 0),
@@ -129,6 +148,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(2, 0),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -145,10 +165,37 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(6, 4),
         Measured(6, 3),
         Measured(27, 11),
+        NONE,
     ),
-    "GL011": (Measured(1, 0), NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, Measured(2, 0), NONE),
-    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE, NONE),
-    "GL014": (NONE, NONE, NONE, Measured(2, 0), NONE, Measured(1, 1), Measured(1, 1), NONE, NONE, NONE, Measured(1, 0)),
+    "GL011": (
+        Measured(1, 0),
+        NONE,
+        Measured(1, 0),
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        Measured(2, 0),
+        NONE,
+        Measured(3, 0),
+    ),
+    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE, NONE, NONE),
+    "GL014": (
+        NONE,
+        NONE,
+        NONE,
+        Measured(2, 0),
+        NONE,
+        Measured(1, 1),
+        Measured(1, 1),
+        NONE,
+        NONE,
+        NONE,
+        Measured(1, 0),
+        NONE,
+    ),
     "GL016": (
         Measured(1, 0),
         Measured(3, 2),
@@ -161,6 +208,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(6, 2),
         NONE,
         Measured(1, 1),
+        NONE,
     ),
     "GL017": (
         Measured(2, 0),
@@ -174,6 +222,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 1),
         Measured(2, 1),
+        NONE,
     ),
     "GL018": (
         Measured(2, 0),
@@ -187,6 +236,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(2, 0),
+        NONE,
     ),
     "GL019": (
         Measured(3, 0),
@@ -198,6 +248,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 2),
         Measured(1, 0),
         Measured(1, 0),
+        NONE,
         NONE,
         NONE,
     ),
@@ -213,6 +264,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 2),
         NONE,
         Measured(2, 0),
+        NONE,
     ),
 }
 

@@ -490,6 +490,9 @@ class _Judge:
             return self.expression(positional[0], at, depth + 1)  # torch.sum(token_losses)
         if name in COMBINERS:
             return Scaling.UNKNOWN  # sum(losses), torch.stack(losses).mean()
+        classified = self.accumulations.events.classify(node) if node in self.accumulations.collected.contexts else None
+        if classified is not None and classified[0] is Kind.SCALE and classified[1] is not None:
+            return self.expression(classified[1], at, depth + 1)  # scaler.scale(loss): unscale_ or step undoes it
         if self.factor is not None and any(dotted_name(arg.value) == self.factor for arg in node.args):
             return Scaling.SCALED  # compute_loss(batch, accum_steps): handed k, it may divide
         helper = self.accumulations.events.resolve_helper(node)
