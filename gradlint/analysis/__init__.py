@@ -17,7 +17,7 @@ from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, pa
 from gradlint.analysis.facts.lineage import Lineages
 from gradlint.analysis.facts.mutations import Mutations
 from gradlint.analysis.facts.nograd import NoGradValues
-from gradlint.analysis.facts.origins import Origins
+from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.shapes import Shapes
 from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep
@@ -190,7 +190,7 @@ class ModuleAnalysis:
     @cached_property
     def lineage(self) -> Lineages:
         """What values were computed from, and which operations without a gradient cut them."""
-        return Lineages(self.collected, self.roles, self.events, self.origins, self.callers)
+        return Lineages(self.collected, self.roles, self.events, self.origins, self.callers, self.leaves)
 
     @cached_property
     def targets(self) -> Targets:
@@ -362,6 +362,99 @@ class ModuleAnalysis:
             key = dotted_name(holder) if holder is not None else None
             found.update({key} if key is not None else ())
         return found
+
+    def same_target(self, first: Event, second: Event) -> bool:
+        """Whether two events act on the same object: the same dotted name, and not two locals of different functions
+        (`optimizer` built in one stage helper and `optimizer` built in another are two optimizers)."""
+        if first.target is None or first.target != second.target:
+            return False
+        holders = [self._local_holder(event) for event in (first, second)]
+        return holders[0] is None or holders[1] is None or holders[0] is holders[1]
+
+    def clears_other_tensors(self, clear: Event, step: Event) -> bool:
+        """Whether a clear of tensors' own gradients (`param.grad = None` in a loop over a list) is proven to clear
+        other tensors than the ones `step`'s optimizer holds: the loop takes them from one list, the optimizer was
+        built over another, and neither list is bound from the other (master weights stepped, copies freed)."""
+        node = clear.node
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1 or step.target is None:
+            return False
+        target = node.targets[0].target
+        if not (
+            isinstance(target, cst.Attribute) and target.attr.value == "grad" and isinstance(target.value, cst.Name)
+        ):
+            return False
+        cleared = self._iterated_from(target.value, self.context(node).loops)
+        built = self._built_over(step)
+        if cleared is None or built is None:
+            return False
+        return not (self._bound_from(cleared, built, node) or self._bound_from(built, cleared, node))
+
+    def _iterated_from(self, tensor: cst.Name, loops: tuple[Loop, ...]) -> str | None:
+        """The dotted name of the list or module a loop variable takes its tensor from, through `zip` too."""
+        for loop in reversed(loops):
+            if not isinstance(loop, cst.For):
+                continue
+            iterable = loop.iter
+            elements = loop.target.elements if isinstance(loop.target, cst.Tuple) else ()
+            if isinstance(iterable, cst.Call) and last_name(iterable.func) == "zip" and elements:
+                names = [element.value for element in elements]
+                index = next(
+                    (i for i, name in enumerate(names) if isinstance(name, cst.Name) and name.value == tensor.value),
+                    None,
+                )
+                if index is None:
+                    continue
+                if index >= len(iterable.args) or iterable.args[index].star:
+                    return None
+                return _holder_key(iterable.args[index].value)
+            holder = parameters_holder(tensor, (loop,))
+            if holder is not None:
+                return dotted_name(holder)
+        return None
+
+    def _built_over(self, step: Event) -> str | None:
+        """The dotted name of what the stepped optimizer was built over (`master` for `Adam(master, lr=...)`), when
+        every binding of it in the scope builds it."""
+        if not isinstance(step.node, cst.Call) or step.target is None or not step.direct:
+            return None
+        definitions = self.origins.definitions(step.target, self.statement_of(step.node))
+        found = set()
+        for definition in definitions:
+            value = definition.value
+            if definition.binding is not Binding.ASSIGN or not isinstance(value, cst.Call) or not value.args:
+                return None
+            if self.roles.role_of_value(value) is not Role.OPTIMIZER or value.args[0].keyword is not None:
+                return None
+            found.add(_holder_key(value.args[0].value))
+        return found.pop() if len(found) == 1 else None
+
+    def _bound_from(self, key: str, other: str, at: cst.CSTNode) -> bool:
+        """Whether `key` may name tensors of `other`: one is a prefix of the other, or `key` is bound (not known
+        how, or as an alias: `list(other)`, `[p for p in other]`) from `other`. A list of copies is not."""
+        if key == other or key.startswith(other + ".") or other.startswith(key + "."):
+            return True
+        for definition in self.origins.definitions(key.split(".")[0], at):
+            if definition.binding is not Binding.ASSIGN or definition.value is None:
+                return True
+            alias = _alias_of(definition.value)
+            if alias is None:
+                continue  # Ex) master = [p.detach().float().clone() for p in params]: copies
+            if alias == other or alias.startswith(other + ".") or other.startswith(alias + "."):
+                return True
+        return False
+
+    def _local_holder(self, event: Event) -> cst.FunctionDef | None:
+        """The function of this module whose own local `event.target` is, when the event's node is in it."""
+        context = self.collected.contexts.get(event.node)
+        function = context.function if context is not None else None
+        if function is None or event.value is None or not isinstance(event.node, cst.Call):
+            return None
+        root = (event.target or "").split(".")[0]
+        if root in ("self", "cls"):
+            return None
+        definitions = self.origins.definitions(root, self.statement_of(event.node))
+        local = definitions and all(definition.binding is not Binding.OUTSIDE for definition in definitions)
+        return function if local else None
 
     def handed_to_unknown(self, region: Loop | cst.FunctionDef, keys: Collection[str]) -> cst.Call | None:
         """A call in `region` that hands one of the objects `keys` name (itself, an attribute of it, its
@@ -581,3 +674,34 @@ def _bound_keys(target: cst.BaseExpression) -> set[str]:
         return {key for element in target.elements for key in _bound_keys(element.value)}
     key = dotted_name(target)
     return {key} if key is not None else set()
+
+
+def _holder_key(value: cst.BaseExpression) -> str | None:
+    """The dotted name of a list of tensors or of the module whose parameters it is (`model` for
+    `model.parameters()`, `params` for `list(params)`)."""
+    while isinstance(value, cst.Call) and value.args and last_name(value.func) in ("list", "tuple"):
+        value = value.args[0].value
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in PARAMETER_ITERATORS
+    ):
+        value = value.func.value
+    return dotted_name(value)
+
+
+def _alias_of(value: cst.BaseExpression) -> str | None:
+    """What a list is bound from when it holds the very same tensors: `list(params)`, `params[1:]`,
+    `[p for p in model.parameters()]`, `model.parameters()`; None for anything else (new tensors, copies)."""
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
+        target, element = value.for_in.target, value.elt
+        if isinstance(target, cst.Name) and isinstance(element, cst.Name) and element.value == target.value:
+            return _holder_key(value.for_in.iter)
+        return None
+    if isinstance(value, cst.Subscript):
+        return dotted_name(value.value)
+    if isinstance(value, (cst.Name, cst.Attribute)) or (
+        isinstance(value, cst.Call) and last_name(value.func) in ("list", "tuple", "parameters")
+    ):
+        return _holder_key(value)
+    return None

@@ -72,7 +72,7 @@ class DoubleStep(Rule):
         steps = step.of_kind(Kind.STEP)
         branches = self.analysis.branches
         for direct in (event for event in steps if not event.via_scaler and event.target is not None):
-            for scaled in (event for event in steps if event.via_scaler and event.target == direct.target):
+            for scaled in (event for event in steps if event.via_scaler and self.analysis.same_target(event, direct)):
                 first, second = sorted((direct, scaled), key=step.events.index)
                 if not branches.exclusive(first, second):
                     story = [(scaled.site, "the GradScaler steps the same optimizer here")]

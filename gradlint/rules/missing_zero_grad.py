@@ -360,6 +360,8 @@ class MissingZeroGrad(Rule):
         if not set(clear.ifs) <= set(after.ifs) or self.analysis.branches.exclusive(clear, after):
             return False  # a clear that skips the step (`if not finite: zero_grad(); continue`, or `... else: step()`)
         single_optimizer = len({event.target for event in step.of_kind(Kind.STEP)}) == 1
+        if self.analysis.clears_other_tensors(clear, after):
+            return False  # Ex) float32 master weights stepped; the copies' gradients, already added in, freed
         return clear.target == after.target or (not self._clears_one_optimizer(clear) and single_optimizer)
 
     def _discards_accumulation(self, step: TrainingStep, clear: Event, backwards: list[Event]) -> bool:

@@ -77,7 +77,7 @@ class NonDifferentiableLoss(Rule):
         for backpropagated in analysis.lineage.backpropagated():
             value, statement = backpropagated.value, backpropagated.at
             lineage = analysis.lineage.of(value, statement)
-            leaf = self._new_leaf(value, statement, lineage.live)
+            leaf = self._new_leaf(value, statement)
             backward = [(statement, f"`{analysis.code(value)}` is backpropagated here")]
             if leaf is not None:
                 self.report(leaf, NEW_LEAF.format(leaf=analysis.code(leaf)), related=backward)
@@ -89,7 +89,7 @@ class NonDifferentiableLoss(Rule):
                     )
                     self.report(operation, f"{named}, so nothing learns", related=backward)
 
-    def _new_leaf(self, value: cst.BaseExpression, at: cst.CSTNode, live: bool) -> cst.CSTNode | None:
+    def _new_leaf(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.CSTNode | None:
         """The `torch.tensor(x, requires_grad=True)` or `requires_grad_()` that makes the loss a new leaf."""
         key = dotted_name(value)
         if key is None:
@@ -103,7 +103,7 @@ class NonDifferentiableLoss(Rule):
             if forced is not None:
                 return forced
         start = max((self.analysis.collected.order[d.node] for d in definitions), default=0)
-        return self._forcing_statement(key, at, start, live)
+        return self._forcing_statement(key, at, start)
 
     def _forced_without_history(self, value: cst.BaseExpression, at: cst.CSTNode) -> cst.Call | None:
         """`x.requires_grad_()` made the loss itself, where `x` has no gradient path: a new leaf that trains nothing.
@@ -113,7 +113,7 @@ class NonDifferentiableLoss(Rule):
             return None
         return None if self.analysis.lineage.of(forced.func.value, at).live else forced
 
-    def _forcing_statement(self, key: str, at: cst.CSTNode, start: int, live: bool) -> cst.CSTNode | None:
+    def _forcing_statement(self, key: str, at: cst.CSTNode, start: int) -> cst.CSTNode | None:
         # Ex) loss.requires_grad_()  /  loss.requires_grad = True, between the loss and its backward
         collected = self.analysis.collected
         context, end = collected.contexts.get(at), collected.order.get(at)
@@ -122,8 +122,10 @@ class NonDifferentiableLoss(Rule):
         for statement in collected.statements_in_scope(context.scope):
             if not start < collected.order[statement] < end:
                 continue
-            # `requires_grad_()` on a value that keeps a gradient path changes nothing...
-            if not live and isinstance(statement, cst.Expr) and _forcing_call(statement.value, key) is not None:
+            # `requires_grad_()` on a value that keeps a gradient path (as it was before the switch) changes nothing...
+            forced = _forcing_call(statement.value, key) if isinstance(statement, cst.Expr) else None
+            receiver = forced.func.value if forced is not None and isinstance(forced.func, cst.Attribute) else None
+            if receiver is not None and not self.analysis.lineage.of(receiver, statement).live:
                 return statement
             # ...but assigning `requires_grad` raises on any tensor with history: if it runs, the loss has none.
             if (

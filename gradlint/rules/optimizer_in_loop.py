@@ -43,7 +43,9 @@ class OptimizerInLoop(Rule):
     (`optimize_parameters`, `train_step`, whatever its name), is one training step: its
     caller runs it per batch, so a stateful optimizer or a GradScaler built in it (not
     under an `if`, not over parameters it creates) restarts every step. Plain SGD
-    without momentum keeps no state and is not reported there.
+    without momentum keeps no state and is not reported there. A function whose steps all
+    happen inside the helpers it calls (stages that each build and step their own
+    optimizer) is not taken for such a step: each helper call is a fit of its own.
 
     Known problems
     Optimizers built by a factory in another module are not seen. An epoch loop is
@@ -87,7 +89,9 @@ class OptimizerInLoop(Rule):
             isinstance(e.node, cst.Call) and events.step_closure(e.node) is not None for e in steps
         ):
             return  # `LBFGS.step(closure)` iterates by itself: one call of the function is a whole fit
-        self._check_region(node, 0)
+        # A function whose every step happens inside the helpers it calls: each helper call is a fit of its own,
+        # and nothing shows that a caller runs the function once per batch.
+        self._check_region(node, 0, helpers=not isinstance(node, cst.FunctionDef) or any(e.direct for e in steps))
         if not isinstance(node, cst.FunctionDef):
             self._check_epoch_loop(step, node)
 
@@ -150,8 +154,9 @@ class OptimizerInLoop(Rule):
             return False
         return not (isinstance(value, (cst.Integer, cst.Float)) and float(value.value) == 0)
 
-    def _check_region(self, region: Loop | cst.FunctionDef, depth: int) -> None:
-        """Report constructions that run unconditionally on every pass through the step `region`."""
+    def _check_region(self, region: Loop | cst.FunctionDef, depth: int, helpers: bool) -> None:
+        """Report constructions that run unconditionally on every pass through the step `region` (with `helpers`,
+        those in the helpers it calls too)."""
         analysis = self.analysis
         base_ifs = len(analysis.context(region).ifs) if not isinstance(region, cst.FunctionDef) else 0
         for call in self._calls_in(region):
@@ -165,7 +170,7 @@ class OptimizerInLoop(Rule):
                 if not (stateless or self._over_fresh_parameters(call, region)):
                     self.report(call, self._named(call, region), related=story)
                 continue
-            helper = analysis.events.resolve_helper(call)
+            helper = analysis.events.resolve_helper(call) if helpers else None
             if helper is not None and depth < MAX_CALL_DEPTH and self._runs_construction(helper, depth + 1):
                 self.report(call, related=[(helper, "this helper builds an optimizer or GradScaler"), *story])
 

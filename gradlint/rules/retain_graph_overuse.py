@@ -45,7 +45,9 @@ class RetainGraphOveruse(Rule):
 
     Not reported: a later backward or `torch.autograd.grad` through the graph in the
     same step (GAN and actor-critic steps with an optimizer step between them,
-    per-task gradients that are read between the calls), a graph built before a loop
+    per-task gradients that are read between the calls; also in a helper whose later
+    backward one caller's literal flag leaves out, since other calls need the graph), a
+    graph built before a loop
     that backpropagates it once per iteration (Jacobian rows; any assignment of it before
     the loop counts), a backward that other code calls, through a graph built before
     (in a lambda handed to a benchmark harness, or a nested function that backpropagates
@@ -122,6 +124,8 @@ class RetainGraphOveruse(Rule):
         later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
         if not later and self._hands_graph_to_caller(scope, event, events):
             return
+        if not later and self._needed_by_another_call(event, functions):
+            return  # Ex) a test helper whose `if logdet:` backward one caller's literal flag leaves out
         story = [(source, "the retained graph is built here") for source in self._sources(event)[-1:]]
         if not later:
             where = [(loop, "nothing in this loop backpropagates through it again")] if loop is not None else []
@@ -131,6 +135,19 @@ class RetainGraphOveruse(Rule):
         elif later[0].kind is Kind.BACKWARD and self._nothing_between(events, index, events.index(later[0])):
             message = SUMMABLE.format(first=self.analysis.code(event.node), second=self.analysis.code(later[0].site))
             self.report(event.node, message, related=[*story, (later[0].site, "the next backward, right after it")])
+
+    def _needed_by_another_call(self, event: Event, functions: set[str]) -> bool:
+        """Whether a backward reached through a call (its caller's flags fixed) is followed, in the function that
+        holds it read on its own, by another backward: the line serves every call, and other calls need the graph."""
+        holder = self.analysis.context(event.node).function
+        if event.direct or holder is None:
+            return False
+        own = self.analysis.events.scope_events(holder)
+        index = next((i for i, e in enumerate(own) if e.node is event.node), None)
+        if index is None:
+            return False
+        loop = own[index].loops[-1] if own[index].loops else None
+        return any(_backpropagates(e, functions) and (loop is None or loop in e.loops) for e in own[index + 1 :])
 
     def _from_items_that_may_share(self, event: Event, loop: Loop) -> bool:
         """Whether the loss is computed from the items of an iterable that may hand out related graphs.

@@ -52,6 +52,17 @@ class Leaves:
         self._depth = 0
         self._parameters: dict[tuple[str, cst.FunctionDef], Held] = {}
         self._resolving: set[tuple[str, cst.FunctionDef]] = set()
+        self._switched: set[tuple[Scope, str, int]] = set()  # where a statement switched a name's grad on
+
+    def switched_on(self, key: str, at: cst.CSTNode) -> bool:
+        """True when the last statement of `at`'s scope before `at` that bound `key` switched its grad on
+        (`copy.requires_grad_(True)` after `copy = x.detach().clone()`): from there it is a new leaf."""
+        context = self.collected.contexts.get(at)
+        if context is None:
+            return False
+        order = self.collected.order.get(at, 0)
+        local = [binding for binding in self.bindings().get((context.scope, key), []) if binding[0] < order]
+        return bool(local) and (context.scope, key, local[-1][0]) in self._switched
 
     def is_leaf(self, expression: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """True when `expression`, just before statement `at`, is a leaf that requires grad."""
@@ -242,7 +253,10 @@ class Leaves:
             self._bind_target(statement.target, statement.value, statement)
         elif isinstance(statement, cst.Expr):
             for receiver, on in _switches(statement):
-                self._bind(dotted_name(receiver), Held.LEAF if on else Held.OTHER, statement)
+                key = dotted_name(receiver)
+                self._bind(key, Held.LEAF if on else Held.OTHER, statement)
+                if on and key is not None:
+                    self._switched.add((self.collected.contexts[statement].scope, key, self.collected.order[statement]))
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression, at: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):

@@ -19,6 +19,7 @@ import libcst as cst
 
 from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.frameworks import backpropagated_returns
+from gradlint.analysis.facts.leaves import Leaves
 from gradlint.analysis.facts.origins import Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Kind
@@ -157,13 +158,20 @@ class Lineages:
     """Answers what a value was computed from, through a scope's assignments and its helpers."""
 
     def __init__(
-        self, collected: Collected, roles: Roles, events: EventIndex, origins: Origins, callers: CallerGradMode
+        self,
+        collected: Collected,
+        roles: Roles,
+        events: EventIndex,
+        origins: Origins,
+        callers: CallerGradMode,
+        leaves: Leaves,
     ) -> None:
         self.collected = collected
         self.roles = roles
         self.events = events
         self.origins = origins
         self.callers = callers
+        self.leaves = leaves
         self._cache: dict[tuple[cst.CSTNode, cst.CSTNode], Lineage] = {}
         self._in_progress: set[tuple[str, cst.CSTNode]] = set()
         self._cut_short = False
@@ -291,6 +299,8 @@ class Lineages:
         key = dotted_name(node)
         if key is None:
             return self._trace(node.value, at, bindings, depth) if isinstance(node, cst.Attribute) else UNKNOWN
+        if self.leaves.switched_on(key, at):
+            return SOURCE  # Ex) copy = x.detach().clone(); copy.requires_grad_(True): a new leaf gradients reach
         if (key, at) in self._in_progress:
             self._cut_short = True
             return NONE  # a value carried round a loop: its other definitions decide
