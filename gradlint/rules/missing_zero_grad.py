@@ -48,7 +48,10 @@ class MissingZeroGrad(Rule):
     of gradient accumulation throws the accumulated gradient away.
 
     Clears done in a helper of the same module (`self.reset_grad()`) count, and gradient
-    accumulation that clears right after its conditional step is fine.
+    accumulation that clears right after its conditional step is fine. A clear of tensors
+    the optimizer was not built over clears nothing it steps: float32 master weights whose
+    optimizer steps them while the model's low-precision copies' gradients, once added into
+    the masters', are freed (`param.grad = None` in a loop over the copies).
 
     A tensor updated in place from its own gradient (`w -= lr * w.grad` under `no_grad`,
     `p.data.add_(p.grad, alpha=-lr)`) is a step as `optimizer.step()` is: without
