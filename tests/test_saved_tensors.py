@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from gradlint import Config, lint_source
-from gradlint.analysis.facts.graphs import OUTPUT_SAVING_IN_PLACE, OUTPUT_SAVING_MODULES, SAVES_INPUT, SAVES_OUTPUT
+from gradlint.analysis.facts.graphs import (
+    OUTPUT_SAVING_IN_PLACE,
+    OUTPUT_SAVING_MODULES,
+    SAVES_INPUT,
+    SAVES_OUTPUT,
+    WEIGHT_INPUT_LAYERS,
+)
 
 torch = pytest.importorskip("torch")
 functional = torch.nn.functional
@@ -137,3 +143,49 @@ def test_layers_built_out_of_place_keep_nothing_an_in_place_layer_overwrites(nam
     """Built out of place, these keep their input (or a mask): the in-place layer after them breaks nothing."""
     assert name not in OUTPUT_SAVING_MODULES
     assert not _sequential_raises(getattr(torch.nn, name)(), torch.nn.Dropout(inplace=True))
+
+
+LAYER_ARGUMENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "Linear": ((3, 4), (4, 4)),
+    "Bilinear": ((3, 4), (4, 4, 4)),
+    "Conv1d": ((2, 4, 5), (4, 4, 3)),
+    "Conv2d": ((2, 4, 5, 5), (4, 4, 3)),
+    "Conv3d": ((2, 4, 5, 5, 5), (4, 4, 3)),
+    "ConvTranspose1d": ((2, 4, 5), (4, 4, 3)),
+    "ConvTranspose2d": ((2, 4, 5, 5), (4, 4, 3)),
+    "ConvTranspose3d": ((2, 4, 5, 5, 5), (4, 4, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHT_INPUT_LAYERS))
+def test_a_layer_with_weights_keeps_an_input_that_requires_no_grad(name: str) -> None:
+    shape, arguments = LAYER_ARGUMENTS[name]
+    layer = getattr(torch.nn, name)(*arguments)
+    batch = torch.rand(*shape)  # requires no grad: only the layer's weight does
+    out = layer(batch, batch) if name == "Bilinear" else layer(batch)
+    batch.add_(1)
+    with pytest.raises(RuntimeError, match="inplace operation"):
+        out.sum().backward()
+
+
+def test_changing_a_layers_input_after_it_ran_is_reported_without_knowing_the_input() -> None:
+    source = (
+        "import torch.nn as nn\n"
+        "\n"
+        "class Encoder(nn.Module):\n"
+        "    def __init__(self, dim):\n"
+        "        super().__init__()\n"
+        "        self.pos_conv = nn.Conv1d(dim, dim, 3, padding=1)\n"
+        "        self.pos_conv = nn.Sequential(nn.utils.weight_norm(self.pos_conv, dim=2), nn.GELU())\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        x_conv = self.pos_conv(x)\n"
+        "        x += x_conv\n"
+        "        return x\n"
+    )
+    found = [(d.line, d.code) for d in lint_source(source, "encoder.py", Config(preview=True))]
+    assert (11, "GL004") in found
+    dropout = source.replace("nn.Conv1d(dim, dim, 3, padding=1)", "nn.Dropout(0.1)").replace(
+        "nn.Sequential(nn.utils.weight_norm(self.pos_conv, dim=2), nn.GELU())", "nn.Dropout(0.1)"
+    )
+    assert not [d for d in lint_source(dropout, "encoder.py", Config(preview=True)) if d.code == "GL004"]

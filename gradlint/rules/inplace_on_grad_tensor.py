@@ -32,8 +32,11 @@ class InplaceOnGradTensor(Rule):
       `softmax` (function or method form), `sqrt`, `std`, `logsumexp` and the distances
       `cdist` and `pdist` save their output, `log`, `pow`, layers and products save their
       input, and so do `max` and `min` as full reductions (along a dimension, `y.max(1)`,
-      they keep only the indices). Changing it (`y = torch.exp(x); y += 1`), through another name for the same
-      tensor (`p = y; p *= 2`) or as an unnamed result handed to an in-place layer
+      they keep only the indices). A layer with weights (`nn.Linear`, `nn.Conv2d`, an
+      `nn.Sequential` or `weight_norm` that starts with one) keeps its input for its
+      weight's gradient even when the input requires no grad. Changing it (`y =
+      torch.exp(x); y += 1`), through another name for the same tensor (`p = y; p *=
+      2`) or as an unnamed result handed to an in-place layer
       (`self.drop(torch.sigmoid(h))` with `inplace=True`), makes the next `backward()`
       raise `RuntimeError: one of the variables needed for gradient computation has
       been modified by an inplace operation`. An in-place update in a loop changes, on its

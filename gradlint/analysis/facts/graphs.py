@@ -63,6 +63,12 @@ OUTPUT_SAVING_MODULES = frozenset({"Sigmoid", "Tanh", "ReLU", "Softmax", "LogSof
 # ...and those that save their output only when built to work in place (`nn.LeakyReLU(0.2, inplace=True)`).
 OUTPUT_SAVING_IN_PLACE = frozenset({"LeakyReLU", "ELU", "SELU", "CELU", "RReLU"})
 NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identity", "Flatten", "Unflatten"})
+# torch.nn layers that save their input for their own weight's gradient, whatever the input carries.
+WEIGHT_INPUT_LAYERS = frozenset(
+    {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}
+)
+# Wrappers that return the module they are given (`nn.utils.weight_norm(conv)`).
+MODULE_WRAPPERS = frozenset({"weight_norm", "spectral_norm"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
 # Functions that return several views of their input (`a, b = h.chunk(2)`).
 MULTI_VIEWS = frozenset({"chunk", "split", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"})
@@ -295,6 +301,8 @@ class Graphs:
             return self._returns_saved_output(target, at)
         key = dotted_name(target)
         definition = self._created_by(key, at) if key is not None else None
+        if key is not None and self._saved_by_a_layer(key, definition, at):
+            return True  # Ex) y = self.conv(x); x += y: the convolution kept `x` for its weight's gradient
         if key is None or definition is None or definition.value is None:
             return False
         value = definition.value
@@ -316,6 +324,62 @@ class Graphs:
             if start < self.collected.order[s] < end and not self.collected.exclusive(s, at)
         ]
         return any(self._saves(node, key, statement) for statement in between for node in descendants(statement))
+
+    def _saved_by_a_layer(self, key: str, definition: cst.CSTNode | None, at: cst.CSTNode) -> bool:
+        """Whether, since `definition` made the tensor `key` (since the scope began, for a parameter of the
+        function), a torch layer with weights (`nn.Conv1d`, `nn.Linear`, an `nn.Sequential` or `weight_norm` that
+        starts with one) took it, or a view of it, as its input: the layer saves its input for its weight's gradient
+        whether or not the input requires grad."""
+        context = self.collected.contexts.get(at)
+        if context is None or (definition is None and not _is_parameter(key, context.function)):
+            return False  # several bindings, or a name from outside: not known which tensor it is
+        start = self.collected.order[definition] if definition is not None else -1
+        end = self.collected.order[at]
+        for statement in self.collected.statements_in_scope(context.scope):
+            # The changing statement's own layer calls run first: `x += self.proj(x)`
+            if not start < self.collected.order[statement] <= end or self.collected.exclusive(statement, at):
+                continue
+            for node in descendants(statement):
+                if (
+                    isinstance(node, cst.Call)
+                    and any(_refers_to(arg.value, key) for arg in node.args if arg.keyword is None)
+                    and self._weight_layer(node.func, 0)
+                ):
+                    return True
+        return False
+
+    def _weight_layer(self, module: cst.BaseExpression, depth: int) -> bool:
+        """Whether the module `module` names was built, wherever it is assigned, as a torch layer with weights that
+        saves its input, or as an `nn.Sequential` or a norm wrapper whose first layer is one (`self.pos_conv`, rebuilt
+        around itself)."""
+        key = dotted_name(module)
+        if key is None or depth > 3 or self.roles.role(module) is not Role.MODEL:
+            return False
+        built = self.roles.values.get(key, [])
+        return bool(built) and all(self._builds_weight_layer(value, key, depth) for value in built)
+
+    def _builds_weight_layer(self, value: cst.BaseExpression, key: str, depth: int) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        qualified = self.roles.imports.resolve(value.func) or ""
+        name = qualified.rsplit(".", 1)[-1]
+        if not qualified.startswith("torch.nn."):
+            return False
+        if name in WEIGHT_INPUT_LAYERS:
+            return True
+        positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
+        if name not in MODULE_WRAPPERS | {"Sequential"} or not positional:
+            return False
+        first = positional[0]
+        if isinstance(first, cst.Call):
+            return self._builds_weight_layer(first, key, depth + 1)
+        if dotted_name(first) != key or depth >= 3:
+            return False
+        # Ex) self.pos_conv = nn.Sequential(self.pos_conv, SamePad(k), nn.GELU()): what it was built as before
+        return any(
+            other is not value and self._builds_weight_layer(other, key, depth + 1)
+            for other in self.roles.values.get(key, [])
+        )
 
     def _created_by(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
         """The one plain assignment that made the tensor `key` names at statement `at`. An in-place addition (`h +=
@@ -435,6 +499,14 @@ class Graphs:
         if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
             return self.requires_grad(node.right if left else node.left, statement)
         return False
+
+
+def _is_parameter(key: str, function: cst.FunctionDef | None) -> bool:
+    """Whether `key` is a plain parameter of `function`."""
+    if function is None or "." in key:
+        return False
+    params = function.params
+    return any(param.name.value == key for param in (*params.posonly_params, *params.params, *params.kwonly_params))
 
 
 def _is_integer(node: cst.BaseExpression) -> bool:
