@@ -100,6 +100,7 @@ class Graphs:
         # The calls of this module that run a function (`callers.CallerGradMode.call_sites`).
         self.call_sites = call_sites
         self._passed: dict[tuple[str, cst.FunctionDef], bool] = {}  # parameters proven to be given a graph
+        self._layers_in: dict[cst.CSTNode, list[tuple[int, cst.CSTNode, cst.Call]]] | None = None
         self.origins = origins
         self.roles = roles
         self.values = values
@@ -329,24 +330,32 @@ class Graphs:
         """Whether, since `definition` made the tensor `key` (since the scope began, for a parameter of the
         function), a torch layer with weights (`nn.Conv1d`, `nn.Linear`, an `nn.Sequential` or `weight_norm` that
         starts with one) took it, or a view of it, as its input: the layer saves its input for its weight's gradient
-        whether or not the input requires grad."""
+        whether or not the input requires grad. The changing statement's own layer calls run first (`x +=
+        self.proj(x)`)."""
         context = self.collected.contexts.get(at)
         if context is None or (definition is None and not _is_parameter(key, context.function)):
             return False  # several bindings, or a name from outside: not known which tensor it is
         start = self.collected.order[definition] if definition is not None else -1
         end = self.collected.order[at]
-        for statement in self.collected.statements_in_scope(context.scope):
-            # The changing statement's own layer calls run first: `x += self.proj(x)`
-            if not start < self.collected.order[statement] <= end or self.collected.exclusive(statement, at):
-                continue
-            for node in descendants(statement):
-                if (
-                    isinstance(node, cst.Call)
-                    and any(_refers_to(arg.value, key) for arg in node.args if arg.keyword is None)
-                    and self._weight_layer(node.func, 0)
-                ):
-                    return True
-        return False
+        return any(
+            start < place <= end
+            and not self.collected.exclusive(statement, at)
+            and any(_refers_to(arg.value, key) for arg in call.args if arg.keyword is None)
+            for place, statement, call in self._layer_calls(context.scope)
+        )
+
+    def _layer_calls(self, scope: cst.CSTNode) -> list[tuple[int, cst.CSTNode, cst.Call]]:
+        """(place, statement, call) for each call in `scope` of a torch layer with weights, found once per scope."""
+        if self._layers_in is None:
+            self._layers_in = {}
+            for call in self.collected.calls:
+                statement = self.collected.statement_of.get(call)
+                context = self.collected.contexts.get(call)
+                if statement is None or context is None or not call.args or not self._weight_layer(call.func, 0):
+                    continue
+                place = self.collected.order[statement]
+                self._layers_in.setdefault(context.scope, []).append((place, statement, call))
+        return self._layers_in.get(scope, [])
 
     def _weight_layer(self, module: cst.BaseExpression, depth: int) -> bool:
         """Whether the module `module` names was built, wherever it is assigned, as a torch layer with weights that

@@ -167,6 +167,7 @@ class _Summarizer:
         self._ifs: dict[cst.FunctionDef, dict[cst.If, int]] = {}
         self._leaving: dict[cst.FunctionDef, list[tuple[str, frozenset[cst.CSTNode], int]]] = {}
         self._order: dict[cst.FunctionDef, dict[cst.CSTNode, int]] = {}
+        self._if_keys: dict[tuple[cst.If, cst.FunctionDef], str] = {}
         self.terms = LossTerms(analysis.collected, analysis.lineage, analysis.origins)
 
     def summary(self) -> ModuleSummary:
@@ -265,8 +266,14 @@ class _Summarizer:
         """What names an `if` among the arms: its test, where it reads only its object's own state (`if
         self.is_mixed():`, `if not self.activated:`; see `branches.STATE_TEST`), so that two methods of one object
         testing the same state take the same arm; else its place in `function`."""
-        test = cst.Module([]).code_for_node(branch.test)
-        return STATE_TEST + test if is_state_test(branch.test) else str(self._if_index(branch, function))
+        key = (branch, function)
+        if key not in self._if_keys:
+            self._if_keys[key] = (
+                STATE_TEST + cst.Module([]).code_for_node(branch.test)
+                if is_state_test(branch.test)
+                else str(self._if_index(branch, function))
+            )
+        return self._if_keys[key]
 
     def _leaving_arms(self, item: cst.CSTNode, function: cst.FunctionDef) -> list[str]:
         """The arms `item` takes of the branches of `function` that end by leaving it (see `Effect`)."""
