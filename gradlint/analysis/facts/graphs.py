@@ -333,8 +333,13 @@ class Graphs:
         whether or not the input requires grad. The changing statement's own layer calls run first (`x +=
         self.proj(x)`)."""
         context = self.collected.contexts.get(at)
-        if context is None or (definition is None and not _is_parameter(key, context.function)):
-            return False  # several bindings, or a name from outside: not known which tensor it is
+        if context is None:
+            return False
+        if definition is None and not (
+            _is_parameter(key, context.function)
+            and all(reaching.binding is Binding.OUTSIDE for reaching in self.origins.definitions(key, at))
+        ):
+            return False  # several bindings, a rebound parameter, or a name from outside: not known which tensor
         start = self.collected.order[definition] if definition is not None else -1
         end = self.collected.order[at]
         return any(
