@@ -13,8 +13,8 @@ from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.dtypes import DtypeKind, TensorDtypes
 from gradlint.analysis.facts.graphs import Graphs
 from gradlint.analysis.facts.keeping import kept_parameters
-from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, parameters_holder
-from gradlint.analysis.facts.lineage import Lineages
+from gradlint.analysis.facts.leaves import PARAMETER_ITERATORS, Held, Leaves, iterated_holder, parameters_holder
+from gradlint.analysis.facts.lineage import COUNTER, Lineages, zipped_iterable
 from gradlint.analysis.facts.mutations import Mutations
 from gradlint.analysis.facts.nograd import NoGradValues
 from gradlint.analysis.facts.origins import Binding, Origins
@@ -383,33 +383,22 @@ class ModuleAnalysis:
             isinstance(target, cst.Attribute) and target.attr.value == "grad" and isinstance(target.value, cst.Name)
         ):
             return False
-        cleared = self._iterated_from(target.value, self.context(node).loops)
+        cleared = self._iterated_from(target.value, node)
         built = self._built_over(step)
         if cleared is None or built is None:
             return False
         return not (self._bound_from(cleared, built, node) or self._bound_from(built, cleared, node))
 
-    def _iterated_from(self, tensor: cst.Name, loops: tuple[Loop, ...]) -> str | None:
+    def _iterated_from(self, tensor: cst.Name, at: cst.CSTNode) -> str | None:
         """The dotted name of the list or module a loop variable takes its tensor from, through `zip` too."""
-        for loop in reversed(loops):
-            if not isinstance(loop, cst.For):
+        for definition in self.origins.definitions(tensor.value, at):
+            if definition.binding is not Binding.LOOP:
                 continue
-            iterable = loop.iter
-            elements = loop.target.elements if isinstance(loop.target, cst.Tuple) else ()
-            if isinstance(iterable, cst.Call) and last_name(iterable.func) == "zip" and elements:
-                names = [element.value for element in elements]
-                index = next(
-                    (i for i, name in enumerate(names) if isinstance(name, cst.Name) and name.value == tensor.value),
-                    None,
-                )
-                if index is None:
-                    continue
-                if index >= len(iterable.args) or iterable.args[index].star:
-                    return None
-                return _holder_key(iterable.args[index].value)
-            holder = parameters_holder(tensor, (loop,))
-            if holder is not None:
-                return dotted_name(holder)
+            zipped = zipped_iterable(definition, tensor.value)
+            if zipped is COUNTER:
+                return None
+            holder = zipped if zipped is not None else parameters_holder(tensor, (definition.node,))
+            return dotted_name(iterated_holder(holder)) if holder is not None else None
         return None
 
     def _built_over(self, step: Event) -> str | None:
@@ -425,7 +414,7 @@ class ModuleAnalysis:
                 return None
             if self.roles.role_of_value(value) is not Role.OPTIMIZER or value.args[0].keyword is not None:
                 return None
-            found.add(_holder_key(value.args[0].value))
+            found.add(dotted_name(iterated_holder(value.args[0].value)))
         return found.pop() if len(found) == 1 else None
 
     def _bound_from(self, key: str, other: str, at: cst.CSTNode) -> bool:
@@ -453,7 +442,7 @@ class ModuleAnalysis:
         if root in ("self", "cls"):
             return None
         definitions = self.origins.definitions(root, self.statement_of(event.node))
-        local = definitions and all(definition.binding is not Binding.OUTSIDE for definition in definitions)
+        local = bool(definitions) and all(definition.binding is not Binding.OUTSIDE for definition in definitions)
         return function if local else None
 
     def handed_to_unknown(self, region: Loop | cst.FunctionDef, keys: Collection[str]) -> cst.Call | None:
@@ -676,32 +665,18 @@ def _bound_keys(target: cst.BaseExpression) -> set[str]:
     return {key} if key is not None else set()
 
 
-def _holder_key(value: cst.BaseExpression) -> str | None:
-    """The dotted name of a list of tensors or of the module whose parameters it is (`model` for
-    `model.parameters()`, `params` for `list(params)`)."""
-    while isinstance(value, cst.Call) and value.args and last_name(value.func) in ("list", "tuple"):
-        value = value.args[0].value
-    if (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in PARAMETER_ITERATORS
-    ):
-        value = value.func.value
-    return dotted_name(value)
-
-
 def _alias_of(value: cst.BaseExpression) -> str | None:
     """What a list is bound from when it holds the very same tensors: `list(params)`, `params[1:]`,
     `[p for p in model.parameters()]`, `model.parameters()`; None for anything else (new tensors, copies)."""
     if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
         target, element = value.for_in.target, value.elt
         if isinstance(target, cst.Name) and isinstance(element, cst.Name) and element.value == target.value:
-            return _holder_key(value.for_in.iter)
+            return dotted_name(iterated_holder(value.for_in.iter))
         return None
     if isinstance(value, cst.Subscript):
         return dotted_name(value.value)
     if isinstance(value, (cst.Name, cst.Attribute)) or (
         isinstance(value, cst.Call) and last_name(value.func) in ("list", "tuple", "parameters")
     ):
-        return _holder_key(value)
+        return dotted_name(iterated_holder(value))
     return None

@@ -121,7 +121,7 @@ class RetainGraphOveruse(Rule):
         if self._deferred(event):
             return  # Ex) do_bench(lambda: out.backward(g, retain_graph=True)): each call backpropagates it again
         functions = {function.name.value for function in self.analysis.collected.functions}
-        later = [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
+        later = _later_backwards(events, index, functions)
         if not later and self._hands_graph_to_caller(scope, event, events):
             return
         if not later and self._needed_by_another_call(event, functions):
@@ -144,10 +144,7 @@ class RetainGraphOveruse(Rule):
             return False
         own = self.analysis.events.scope_events(holder)
         index = next((i for i, e in enumerate(own) if e.node is event.node), None)
-        if index is None:
-            return False
-        loop = own[index].loops[-1] if own[index].loops else None
-        return any(_backpropagates(e, functions) and (loop is None or loop in e.loops) for e in own[index + 1 :])
+        return index is not None and bool(_later_backwards(own, index, functions))
 
     def _from_items_that_may_share(self, event: Event, loop: Loop) -> bool:
         """Whether the loss is computed from the items of an iterable that may hand out related graphs.
@@ -340,6 +337,12 @@ class RetainGraphOveruse(Rule):
             for statement in self.analysis.collected.statements_in_scope(scope)
             if low < order[statement] < high
         )
+
+
+def _later_backwards(events: tuple[Event, ...], index: int, functions: set[str]) -> list[Event]:
+    """The events after `events[index]` that backpropagate, in its innermost loop when it has one."""
+    loop = events[index].loops[-1] if events[index].loops else None
+    return [e for e in events[index + 1 :] if _backpropagates(e, functions) and (loop is None or loop in e.loops)]
 
 
 def _backpropagates(event: Event, functions: set[str]) -> bool:

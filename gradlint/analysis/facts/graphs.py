@@ -21,7 +21,7 @@ from itertools import pairwise
 
 import libcst as cst
 
-from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value
+from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value, parameter_names
 from gradlint.analysis.facts.mutations import inplace_layer
 from gradlint.analysis.facts.origins import OUTSIDE, Binding, Origins
 from gradlint.analysis.facts.roles import Role, Roles
@@ -336,7 +336,8 @@ class Graphs:
         if context is None:
             return False
         if definition is None and not (
-            _is_parameter(key, context.function)
+            context.function is not None
+            and key in parameter_names(context.function)
             and all(reaching.binding is Binding.OUTSIDE for reaching in self.origins.definitions(key, at))
         ):
             return False  # several bindings, a rebound parameter, or a name from outside: not known which tensor
@@ -513,14 +514,6 @@ class Graphs:
         if isinstance(operator, (cst.Multiply, cst.MatrixMultiply, cst.Divide)):
             return self.requires_grad(node.right if left else node.left, statement)
         return False
-
-
-def _is_parameter(key: str, function: cst.FunctionDef | None) -> bool:
-    """Whether `key` is a plain parameter of `function`."""
-    if function is None or "." in key:
-        return False
-    params = function.params
-    return any(param.name.value == key for param in (*params.posonly_params, *params.params, *params.kwonly_params))
 
 
 def _is_integer(node: cst.BaseExpression) -> bool:

@@ -422,14 +422,19 @@ def parameters_holder(tensor: cst.BaseExpression, loops: tuple[object, ...]) -> 
         return None
     for loop in reversed(loops):
         if isinstance(loop, cst.For) and tensor.value in loop_item_names(loop.target):
-            iterable = loop.iter
-            while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
-                iterable = iterable.args[0].value
-            func = iterable.func if isinstance(iterable, cst.Call) else None
-            if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_ITERATORS:
-                return func.value
-            return iterable
+            return iterated_holder(loop.iter)
     return None
+
+
+def iterated_holder(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """What an iterable of tensors takes them from: `model` for `model.parameters()` (or `named_parameters()`),
+    `params` for `list(params)`; the iterable itself otherwise."""
+    while isinstance(iterable, cst.Call) and iterable.args and last_name(iterable.func) in ITERABLE_WRAPPERS:
+        iterable = iterable.args[0].value
+    func = iterable.func if isinstance(iterable, cst.Call) else None
+    if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_ITERATORS:
+        return func.value
+    return iterable
 
 
 def loop_item_names(target: cst.BaseExpression) -> set[str]:

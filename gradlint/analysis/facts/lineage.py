@@ -359,7 +359,7 @@ class Lineages:
         if definition.binding is Binding.UNPACK:
             return self._trace_unpacked(key, definition, bindings, depth)
         if definition.binding is Binding.LOOP:
-            zipped = _zipped_iterable(definition, key)
+            zipped = zipped_iterable(definition, key)
             if zipped is not None:
                 # Ex) for log_prob, value in zip(log_probs, values): `value` is an item of `values`
                 return self._trace_loop_item(zipped, at, bindings, depth)
@@ -701,7 +701,7 @@ def _builds_list(definition: Definition, key: str) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "list"
 
 
-def _zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | None:
+def zipped_iterable(definition: Definition, key: str) -> cst.BaseExpression | None:
     """For `key` in the tuple target of `for a, b in zip(xs, ys)`, the iterable its items come from (`ys` for
     `b`); a number for the index of `for i, x in enumerate(xs)`; None for any other loop."""
     loop, iterable = definition.node, definition.value
