@@ -51,7 +51,12 @@ class ClipOrder(Rule):
     clips gradients the helper has not computed yet.
 
     Clipping with the optimizer step inside the accumulation `if`, and Accelerate's
-    `accelerator.clip_grad_norm_` after `accelerator.backward(loss)`, are fine.
+    `accelerator.clip_grad_norm_` after `accelerator.backward(loss)`, are fine. A clip
+    after every micro-batch's backward while the step runs only when the window closes
+    (`loss.backward(); clip_grad_norm_(...); if (i + 1) % k == 0: optimizer.step()`) clips
+    a partial sum each time, and the later micro-batches add their gradients unclipped:
+    the update is not clipped to the norm asked for. It is reported at the clip; move it
+    into the `if`, before the step.
 
     With PyTorch Lightning's automatic optimization, Lightning backpropagates the loss
     `training_step` returns after it returns: a clip inside `training_step` runs before
@@ -168,7 +173,8 @@ class ClipOrder(Rule):
             previous = _first(reversed(before), ORDER)
             following = _first(after, ORDER) or (_first(before, ORDER) if cyclic else None)
             if following is not None and following.kind is Kind.STEP:
-                self._check_unscaled(step, clip, before, after if cyclic else ())
+                if not self._check_window(clip, previous, following):
+                    self._check_unscaled(step, clip, before, after if cyclic else ())
             elif previous is not None and previous.kind is Kind.STEP and not _cleared_since(before, previous):
                 step_call = self.analysis.code(previous.site)
                 named = f"gradients are clipped after `{step_call}`, so the update already used them unclipped"
@@ -183,6 +189,29 @@ class ClipOrder(Rule):
                     named,
                     related=[(following.site, "the gradients are computed only here")],
                 )
+
+    def _check_window(self, clip: Event, previous: Event | None, step: Event) -> bool:
+        """Report a clip that runs on every micro-batch of an accumulation whose step runs once every k of them.
+
+        Ex) loss.backward(); clip_grad_norm_(params, 1.0); if (i + 1) % k == 0: optimizer.step()
+        """
+        accumulations = self.analysis.accumulations
+        window = accumulations.window(step)
+        if window is None or previous is None or previous.kind is not Kind.BACKWARD:
+            return False
+        if accumulations.decides(window, clip) or accumulations.decides(window, previous):
+            return False  # the clip, or the backward it follows, runs only when the window closes
+        test = self.analysis.code(window.test)
+        named = (
+            f"gradients are clipped after every micro-batch, outside `if {test}:` where the optimizer steps: "
+            "each clip rescales a partial sum, and later micro-batches add unclipped gradients"
+        )
+        self.report(
+            self._where(clip, step),
+            named,
+            related=[(step.site, "the optimizer steps only here, once the window's gradients are summed")],
+        )
+        return True
 
     def _where(self, clip: Event, neighbour: Event) -> cst.CSTNode:
         """The clip call, or the call leading to it from the function where `neighbour` is written."""

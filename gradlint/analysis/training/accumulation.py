@@ -113,7 +113,7 @@ class Accumulations:
                 return
             # No loop: a function run once per batch by its caller (Lightning's `training_step(batch, batch_idx)`).
             inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
-            if any(e.kind is Kind.CLEAR and not self._decides(guard, e) for e in inside):
+            if any(e.kind is Kind.CLEAR and not self.decides(guard, e) for e in inside):
                 return  # a clear on every micro-batch: GL002 owns it
             if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
                 return  # something steps every iteration: not accumulation
@@ -133,21 +133,31 @@ class Accumulations:
             for guard in context.skips if context is not None else ():
                 yield guard, True
 
-    def _decides(self, guard: cst.If, event: Event) -> bool:
+    def decides(self, guard: cst.If, event: Event) -> bool:
+        """Whether `guard` decides if `event` runs: it holds the event, or `continue`s before it."""
         return any(decider is guard for decider, _skipped in self._guards(event))
 
     def _accumulated(self, guard: cst.If, backwards: list[Event]) -> list[Event]:
         """The backwards that run on every iteration, whichever way `guard` goes."""
-        guarded = [event for event in backwards if self._decides(guard, event)]
+        guarded = [event for event in backwards if self.decides(guard, event)]
         branches = {self.collected.in_body(guard, event.node) for event in guarded}
         if guarded and len(branches) < 2:
             return []  # Ex) GAN: the generator's own backward and step, every n_critic batches
         return [event for event in backwards if not event.no_grad]
 
     def _accumulation_guards(self, event: Event) -> bool:
-        return any(
-            self._holds_every_k(guard.test, guard, event.loops, 0, skipped, event.site) is not None
-            for guard, skipped in self._guards(event)
+        return self.window(event) is not None
+
+    def window(self, step: Event) -> cst.If | None:
+        """The condition that lets `step` run once every k micro-batches (`if (i + 1) % k == 0:`, or `if i % k != 0:
+        continue` before it), when one does: the end of an accumulation window."""
+        return next(
+            (
+                guard
+                for guard, skipped in self._guards(step)
+                if self._holds_every_k(guard.test, guard, step.loops, 0, skipped, step.site) is not None
+            ),
+            None,
         )
 
     def _holds_every_k(
@@ -382,6 +392,8 @@ class _Judge:
             return Scaling.UNKNOWN
         if isinstance(node, cst.BinaryOperation):
             return self._operation(node, at, depth)
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+            return self.expression(node.expression, at, depth + 1)  # -torch.min(surr1, surr2).mean(): same scale
         if isinstance(node, cst.Call):
             return self._call(node, at, depth)
         if isinstance(node, cst.Subscript) or (isinstance(node, cst.Attribute) and dotted_name(node) is None):
