@@ -47,8 +47,9 @@ DRAWS = (
     "draw 10 of 2026-12-07: 61 libraries, 0.97 million lines, gradlint c13eb6b",
     "draw 11 of 2026-12-07: 66 libraries, 1.03 million lines, gradlint b0cd1cc",
     "draw 12 of 2026-12-07: 32 libraries, 0.86 million lines, gradlint ac6ea37",
+    "draw 13 of 2026-12-07: 48 libraries, 1.12 million lines, gradlint 3260568",
 )
-LINES = "18.03 million"
+LINES = "19.15 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -67,6 +68,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(2, 1),
         NONE,
+        NONE,
     ),
     "GL002": (
         Measured(3, 0),
@@ -81,8 +83,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(3, 0),
         Measured(1, 0),
+        Measured(1, 1),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE),
+    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -96,6 +99,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 1),
         Measured(5, 5),
+        Measured(1, 0),
     ),
     "GL005": (
         Measured(1, 0),
@@ -110,6 +114,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(2, 2),
         Measured(1, 0),
+        Measured(3, 1),
     ),
     "GL006": (
         NONE,
@@ -124,6 +129,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(2, 0),
+        NONE,
     ),
     "GL007": (
         NONE,
@@ -138,6 +144,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 2),
         Measured(3, 1),
         NONE,
+        NONE,
     ),
     "GL008": (
         Measured(5, 0),
@@ -148,6 +155,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(2, 0),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -166,6 +174,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(6, 3),
         Measured(27, 11),
         NONE,
+        Measured(5, 1),
     ),
     "GL011": (
         Measured(1, 0),
@@ -180,8 +189,23 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         NONE,
         Measured(3, 0),
+        NONE,
     ),
-    "GL013": (NONE, NONE, NONE, Measured(1, 0), Measured(1, 0), NONE, Measured(2, 1), NONE, NONE, NONE, NONE, NONE),
+    "GL013": (
+        NONE,
+        NONE,
+        NONE,
+        Measured(1, 0),
+        Measured(1, 0),
+        NONE,
+        Measured(2, 1),
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+    ),
     "GL014": (
         NONE,
         NONE,
@@ -194,6 +218,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
         NONE,
     ),
     "GL016": (
@@ -209,6 +234,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 1),
         NONE,
+        Measured(1, 0),
     ),
     "GL017": (
         Measured(2, 0),
@@ -223,6 +249,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 1),
         Measured(2, 1),
         NONE,
+        Measured(1, 0),
     ),
     "GL018": (
         Measured(2, 0),
@@ -237,6 +264,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(2, 0),
         NONE,
+        Measured(1, 0),
     ),
     "GL019": (
         Measured(3, 0),
@@ -251,6 +279,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(1, 0),
     ),
     "GL022": (
         Measured(2, 1),
@@ -264,6 +293,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 2),
         NONE,
         Measured(2, 0),
+        NONE,
         NONE,
     ),
 }
