@@ -189,3 +189,39 @@ def test_changing_a_layers_input_after_it_ran_is_reported_without_knowing_the_in
         "nn.Sequential(nn.utils.weight_norm(self.pos_conv, dim=2), nn.GELU())", "nn.Dropout(0.1)"
     )
     assert not [d for d in lint_source(dropout, "encoder.py", Config(preview=True)) if d.code == "GL004"]
+
+
+def test_a_split_on_one_path_is_enough_to_raise() -> None:
+    """`q` bound by a split in one arm and by a projection in the other: the split's arm raises when `q` (a view
+    of a view of the split) is scaled in place, so the finding holds on that path; with no split on any path the
+    same change is fine."""
+    source = (
+        "import torch.nn as nn\n"
+        "\n"
+        "class Attention(nn.Module):\n"
+        "    def __init__(self, dim, self_attn):\n"
+        "        super().__init__()\n"
+        "        self.self_attn = self_attn\n"
+        "        self.in_proj = nn.Linear(dim, 3 * dim)\n"
+        "        self.q_proj = nn.Linear(dim, dim)\n"
+        "        self.dim = dim\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        if self.self_attn:\n"
+        "            q, k, v = self.in_proj(x).split(self.dim, dim=-1)\n"
+        "        else:\n"
+        "            q = k = v = self.q_proj(x)\n"
+        "        q = q.transpose(1, 2)\n"
+        "        q.mul_(0.5)\n"
+        "        return q.sum() + k.sum() + v.sum()\n"
+    )
+    found = [(d.line, d.code) for d in lint_source(source, "attention.py", Config(select=("GL004",)))]
+    assert found == [(17, "GL004")]
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(RuntimeError, match="returns multiple views"):
+        namespace["Attention"](8, self_attn=True)(x).backward()
+    namespace["Attention"](8, self_attn=False)(x).backward()
+    projected = source.replace("q, k, v = self.in_proj(x).split(self.dim, dim=-1)", "q = k = v = self.in_proj(x)")
+    assert not lint_source(projected, "attention.py", Config(select=("GL004",)))

@@ -58,6 +58,9 @@ class InplaceOnGradTensor(Rule):
     return may not be changed in place at all while their base requires grad (torch raises
     at once), a base computed on the spot too (`q, k, v = self.qkv(x).chunk(3)`). torch's
     function forms are the same views (`torch.chunk(h, 2)`, `torch.transpose(t, 0, 1)`).
+    A name bound by a split on one path and otherwise on another (`if self_attn: q, k, v =
+    self.in_proj(x).split(d)` / `else: q = self.q_proj(x)`) is reported, as that path
+    raises; other views are followed only through a single binding.
 
     A layer built with `inplace=True` (`nn.ReLU(inplace=True)`, `nn.LeakyReLU(0.2, True)`,
     `nn.Dropout(p, inplace=True)`, an `nn.Sequential` that starts with one) and an

@@ -15,7 +15,7 @@ to an in-place layer) is saved when the operation that made it saves its output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -23,7 +23,7 @@ import libcst as cst
 
 from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value, parameter_names
 from gradlint.analysis.facts.mutations import inplace_layer
-from gradlint.analysis.facts.origins import OUTSIDE, Binding, Origins
+from gradlint.analysis.facts.origins import OUTSIDE, Binding, Definition, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.values import (
     DETACHING_METHODS,
@@ -267,6 +267,8 @@ class Graphs:
                 continue
             key = dotted_name(node)
             definitions = self.origins.definitions(key, statement) if key is not None else ()
+            if len(definitions) > 1:
+                return self._split_on_a_path(definitions)
             if len(definitions) != 1:
                 break
             (definition,) = definitions
@@ -283,6 +285,28 @@ class Graphs:
             else:
                 break
         return View(node, split) if moved and (dotted_name(node) is not None or split is not None) else None
+
+    def _split_on_a_path(self, definitions: Iterable[Definition]) -> View | None:
+        """The views of a split that one of several bindings reaching a name makes (`if self_attn: q, k, v =
+        proj(x).split(d)` / `else: q = self.q_proj(x)`): on the path through that binding, changing the name in
+        place changes one of them. Any other view is left to a single binding, which says which tensor it is."""
+        if self._depth > MAX_DEPTH:
+            return None
+        self._depth += 1
+        try:
+            for definition in definitions:
+                value = definition.value
+                if definition.binding is Binding.UNPACK and isinstance(value, cst.Call):
+                    base = self._viewed(value, MULTI_VIEWS)
+                    if base is not None:
+                        return View(base, value)
+                elif definition.binding is Binding.ASSIGN and value is not None and self._viewed(value) is not None:
+                    found = self.view_base(value, definition.node)
+                    if found is not None and found.split is not None:
+                        return found
+            return None
+        finally:
+            self._depth -= 1
 
     def _viewed(self, node: cst.BaseExpression, names: frozenset[str] = VIEWS) -> cst.BaseExpression | None:
         """What `node` is a view of (`names`: the view functions to count): `h` for `h[0]`, `h.t()`, and for torch's
