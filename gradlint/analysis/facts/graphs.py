@@ -381,23 +381,51 @@ class Graphs:
             for call in self.collected.calls:
                 statement = self.collected.statement_of.get(call)
                 context = self.collected.contexts.get(call)
-                if statement is None or context is None or not call.args or not self._weight_layer(call.func, 0):
+                if statement is None or context is None or not call.args or not self._weight_layer(call.func, call):
                     continue
                 place = self.collected.order[statement]
                 self._layers_in.setdefault(context.scope, []).append((place, statement, call))
         return self._layers_in.get(scope, [])
 
-    def _weight_layer(self, module: cst.BaseExpression, depth: int) -> bool:
-        """Whether the module `module` names was built, wherever it is assigned, as a torch layer with weights that
-        saves its input, or as an `nn.Sequential` or a norm wrapper whose first layer is one (`self.pos_conv`, rebuilt
-        around itself)."""
+    def _weight_layer(self, module: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Whether the module `module` names (at `at`) was built, wherever its class assigns it, as a torch layer
+        with weights that saves its input, or as an `nn.Sequential` or a norm wrapper whose first layer is one
+        (`self.pos_conv`, rebuilt around itself)."""
         key = dotted_name(module)
-        if key is None or depth > 3 or self.roles.role(module) is not Role.MODEL:
+        if key is None or self.roles.role(module) is not Role.MODEL:
             return False
-        built = self.roles.values.get(key, [])
-        return bool(built) and all(self._builds_weight_layer(value, key, depth) for value in built)
+        built = self.built(key, at)
+        return bool(built) and all(self._builds_weight_layer(value, key, built, 0) for value in built)
 
-    def _builds_weight_layer(self, value: cst.BaseExpression, key: str, depth: int) -> bool:
+    def built(self, key: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What `key` is assigned in the module; for an attribute of `self`, only what the class of `at`, or a class
+        of this module it derives from, assigns: another class's `self.conv1` is another layer."""
+        values = self.roles.values.get(key, [])
+        context = self.collected.contexts.get(at)
+        if not key.startswith("self.") or context is None or context.class_def is None:
+            return values
+        lineage = self._lineage(context.class_def)
+        return [
+            value
+            for value in values
+            if (owner := self.collected.contexts.get(value)) is not None and owner.class_def in lineage
+        ]
+
+    def _lineage(self, owner: cst.ClassDef) -> set[cst.ClassDef]:
+        """`owner` and the classes of this module it derives from, by name."""
+        classes = {cls.name.value: cls for cls in self.collected.owners.values()}
+        found, pending = set(), [owner]
+        while pending:
+            cls = pending.pop()
+            if cls in found:
+                continue
+            found.add(cls)
+            pending.extend(classes[name] for base in cls.bases if (name := dotted_name(base.value)) in classes)
+        return found
+
+    def _builds_weight_layer(
+        self, value: cst.BaseExpression, key: str, built: list[cst.BaseExpression], depth: int
+    ) -> bool:
         if not isinstance(value, cst.Call):
             return False
         qualified = self.roles.imports.resolve(value.func) or ""
@@ -407,17 +435,14 @@ class Graphs:
         if name in WEIGHT_INPUT_LAYERS:
             return True
         positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
-        if name not in MODULE_WRAPPERS | {"Sequential"} or not positional:
+        if name not in MODULE_WRAPPERS | {"Sequential"} or not positional or depth >= 3:
             return False
         first = positional[0]
         if isinstance(first, cst.Call):
-            return self._builds_weight_layer(first, key, depth + 1)
-        if dotted_name(first) != key or depth >= 3:
-            return False
+            return self._builds_weight_layer(first, key, built, depth + 1)
         # Ex) self.pos_conv = nn.Sequential(self.pos_conv, SamePad(k), nn.GELU()): what it was built as before
-        return any(
-            other is not value and self._builds_weight_layer(other, key, depth + 1)
-            for other in self.roles.values.get(key, [])
+        return dotted_name(first) == key and any(
+            other is not value and self._builds_weight_layer(other, key, built, depth + 1) for other in built
         )
 
     def _created_by(self, key: str, at: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
@@ -519,7 +544,7 @@ class Graphs:
         if not isinstance(value, cst.Call) or self.roles.role(value.func) is not Role.MODEL:
             return None
         key = dotted_name(value.func)
-        built = [v for v in self.roles.values.get(key, []) if isinstance(v, cst.Call)] if key else []
+        built = [v for v in self.built(key, value) if isinstance(v, cst.Call)] if key else []
         classes = {_final_layer(v) for v in built}
         if classes and classes <= OUTPUT_SAVING_MODULES:
             return "output"
