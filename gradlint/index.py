@@ -88,10 +88,12 @@ class FunctionOutline:
 
 @dataclass(frozen=True)
 class ClassOutline:
-    """A class's bases (as refs) and method names."""
+    """A class's bases (as refs), method names, and the attributes of `self` its methods bind to something that is
+    neither a `Parameter(...)` nor None (`self.weight = FactorizedTensor.new(...)`)."""
 
     bases: tuple[Ref, ...] = ()
     methods: tuple[str, ...] = ()
+    binds_other: tuple[str, ...] = ()
 
 
 TOP_LEVEL = "<module>"  # the qualname under which an outline keeps the module's own statements
@@ -344,13 +346,43 @@ def _outline(tree: ast.Module, data: bytes) -> ModuleOutline:
         elif isinstance(node, ast.ClassDef):
             methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
             bases = tuple(ref for base in node.bases if (ref := _class_ref(base, result.names)) is not None)
-            result.classes[node.name] = ClassOutline(bases, tuple(item.name for item in methods))
+            names = tuple(item.name for item in methods)
+            result.classes[node.name] = ClassOutline(bases, names, _binds_other(methods))
             for item in methods:
                 result.spans[f"{node.name}.{item.name}"] = _span(item, node.name)
         else:
             top_level.append((node.lineno, node.end_lineno or node.lineno))
     result.top_level = tuple(top_level)
     return result
+
+
+def _binds_other(methods: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> tuple[str, ...]:
+    """The attributes of `self` that `methods` bind to a value other than `Parameter(...)` or None."""
+    found: set[str] = set()
+    for method in methods:
+        for node in ast.walk(method):
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            if isinstance(value, ast.Call) and (_dotted(value.func) or "").rpartition(".")[2] == "Parameter":
+                continue
+            found.update(
+                target.attr
+                for target in targets
+                if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            )
+    return tuple(sorted(found))
+
+
+def _on_self(target: ast.expr) -> bool:
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
 
 
 def _span(node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Span:
@@ -931,8 +963,18 @@ class Outlines:
 
     def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
         """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
+        return tuple(
+            base.name.rpartition(".")[2] for _owner, outlined in self._lineage(ref, module) for base in outlined.bases
+        )
+
+    def binds_other(self, ref: Ref, module: str, attribute: str) -> bool:
+        """Whether the project class `ref` names, or a project class it derives from, binds `self.<attribute>` to
+        something other than a Parameter (its own tensor-like object: `self.weight = FactorizedTensor.new(...)`)."""
+        return any(attribute in outlined.binds_other for _owner, outlined in self._lineage(ref, module))
+
+    def _lineage(self, ref: Ref, module: str) -> Iterator[tuple[str, ClassOutline]]:
+        """(module, outline) of the project class `ref` names and of each project class it derives from."""
         target = self._class_target(ref, module)
-        found: list[str] = []
         pending = [target] if target is not None else []
         seen: set[tuple[str, str]] = set()
         while pending and len(seen) < MAX_REEXPORTS * 4:
@@ -941,8 +983,8 @@ class Outlines:
             if (owner, name) in seen or outlined is None or name not in outlined.classes:
                 continue
             seen.add((owner, name))
+            yield owner, outlined.classes[name]
             for base in outlined.classes[name].bases:
-                found.append(base.name.rpartition(".")[2])
                 if base.kind == "class":
                     pending.append((owner, base.name))
                 else:
@@ -950,7 +992,6 @@ class Outlines:
                     located = self._definition(dotted, 0) if dotted is not None else None
                     if located is not None:
                         pending.append(located)
-        return tuple(found)
 
     def reached_tokens(self, module: str, qualname: str, tokens: frozenset[bytes]) -> frozenset[bytes]:
         """Which of `tokens` the code of the function, and of the project functions it calls that may affect

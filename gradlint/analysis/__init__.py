@@ -210,7 +210,8 @@ class ModuleAnalysis:
     @cached_property
     def leaves(self) -> Leaves:
         """Which names hold leaf tensors that require grad (parameters), or iterables of them."""
-        return Leaves(self.collected, self.roles, self.callers)
+        binds_other = partial(self.program.binds_other, imports=self.imports) if self.program is not None else None
+        return Leaves(self.collected, self.roles, self.callers, binds_other)
 
     @cached_property
     def leaf_copies(self) -> LeafCopies:

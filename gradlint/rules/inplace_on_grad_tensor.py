@@ -27,7 +27,9 @@ class InplaceOnGradTensor(Rule):
       a tensor made with `requires_grad=True`), or a view of one (`conv.bias.view(3,
       -1)`): `x.add_(1)`, `x += 1`, `x[0] = 5`, `x.zero_()` raise
       `RuntimeError: a leaf Variable that requires grad is being used in an in-place
-      operation.`
+      operation.` A module's `weight` is not taken for a Parameter where its project class
+      (or one it derives from, in any module) binds `self.weight` to an object of its own
+      (`self.weight = FactorizedTensor.new(...)`, whose `normal_` may run under `no_grad`).
     - A tensor an operation saved for its backward: `exp`, `sigmoid`, `tanh`, `relu`,
       `softmax` (function or method form), `sqrt`, `std`, `logsumexp` and the distances
       `cdist` and `pdist` save their output, `log`, `pow`, layers and products save their

@@ -10,6 +10,7 @@ makes `w` a leaf only from its last statement on. Iterables of leaves (parameter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,10 +44,18 @@ Binding = tuple[int, "Held | _Pending"]
 class Leaves:
     """Answers whether an expression is a leaf that requires grad at a given statement."""
 
-    def __init__(self, collected: Collected, roles: Roles, callers: CallerGradMode) -> None:
+    def __init__(
+        self,
+        collected: Collected,
+        roles: Roles,
+        callers: CallerGradMode,
+        binds_other: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.collected = collected
         self.roles = roles
         self.callers = callers
+        # Whether a project class (by its dotted name here) binds `self.<attribute>` to something not a Parameter.
+        self.binds_other = binds_other
         self._bindings: dict[tuple[Scope, str], list[Binding]] | None = None
         self._frozen: set[str] = set()
         self._depth = 0
@@ -126,9 +135,26 @@ class Leaves:
             owner: cst.BaseExpression = expression.value
             while isinstance(owner, cst.Attribute) and self.roles.role(owner) is not Role.MODEL:
                 owner = owner.value  # model.emb.weight: a layer of a model
-            if self.roles.role(owner) is Role.MODEL and not self._is_frozen(expression.value):
+            if (
+                self.roles.role(owner) is Role.MODEL
+                and not self._is_frozen(expression.value)
+                and not self._holds_its_own(expression.value, expression.attr.value)
+            ):
                 return Held.LEAF  # model.fc.weight
         return Held.OTHER
+
+    def _holds_its_own(self, module: cst.BaseExpression, attribute: str) -> bool:
+        """Whether a class that `module` was built from binds `self.<attribute>` to something other than a Parameter
+        (tltorch's `TRL` sets `self.weight = FactorizedTensor.new(...)`): what `module.weight` holds is then that."""
+        key = dotted_name(module)
+        if key is None or self.binds_other is None:
+            return False
+        return any(
+            isinstance(value, cst.Call)
+            and (built := dotted_name(value.func)) is not None
+            and self.binds_other(built, attribute)
+            for value in self.roles.values.get(key, [])
+        )
 
     def _held_by_attribute_of_self(self, key: str, scope: cst.FunctionDef) -> Held:
         # An attribute that some method sets to a dict or list (`self.masks = {}` for one

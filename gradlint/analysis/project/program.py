@@ -445,6 +445,12 @@ class ModuleProgram:
         ref = name_ref(dotted, imports, local_classes=True)
         return ref is not None and self.program.outlines.runs_without_grad(ref, self.module, method)
 
+    def binds_other(self, dotted: str, attribute: str, imports: ImportMap) -> bool:
+        """Whether the project class `dotted` names (through `imports`, or this module's own) binds `self.<attribute>`
+        to something other than a Parameter, in its own methods or those of a project class it derives from."""
+        ref = name_ref(dotted, imports, local_classes=True)
+        return ref is not None and self.program.outlines.binds_other(ref, self.module, attribute)
+
     def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
         """The base class names (transitively) of the project class that `dotted` names through `imports`."""
         ref = name_ref(dotted, imports)
