@@ -285,10 +285,16 @@ def outer(quantize):
         ("helper_tensor()", True),
         ("returned", True),
         ("unknown_value", False),
+        ("sum([loss, loss])", True),
+        ("np.sum(loss * 2)", False),  # numpy computes arrays: no graph, whatever it is handed
+        ("np.log(probabilities)", False),
+        ("scipy.special.softmax(scores)", False),
     ],
 )
 def test_grad_carrying_values(expression: str, expected: bool) -> None:
     source = f"""\
+import numpy as np
+import scipy.special
 import torch
 def helper_float():
     return criterion(model(x), y).item()
@@ -300,6 +306,8 @@ loss = criterion(out, y)
 with torch.no_grad():
     evaluated = model(x)
 returned = helper_tensor()
+probabilities = torch.softmax(model(x), -1)
+scores = model(x)
 probe = {expression}
 """
     module = cst.parse_module(source)

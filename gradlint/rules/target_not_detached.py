@@ -50,7 +50,10 @@ class TargetNotDetached(Rule):
     (`requires_grad_(False)`), critic terms where the value is meant to train
     (`(returns - values).pow(2)`), an advantage detached in the actor term but not in
     the critic term, entropies (`-(probs * log_probs).sum()`) and GAE from numpy
-    values are fine and not reported. Neither is the loss itself: a sum reached from
+    values are fine and not reported, and so is the NumPy of a library that scores an
+    estimator beside its torch models: `np.log(p)` (a function of NumPy, SciPy or another
+    array library, resolved through the imports) is an array, not a log-probability.
+    Neither is the loss itself: a sum reached from
     the backpropagated loss through its terms, their weights and reductions is what
     is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`). A rollout's
     per-step log-probabilities and values kept in lists are followed through

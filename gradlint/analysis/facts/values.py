@@ -25,7 +25,8 @@ from gradlint.analysis.facts.roles import Role, Roles, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
-from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, operand_names
+from gradlint.analysis.syntax.names import ImportMap, dotted_name, forward_receiver, last_name, operand_names
+from gradlint.frameworks import OTHER_FRAMEWORKS
 
 Env = Mapping[str, bool]
 
@@ -73,6 +74,17 @@ CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
 # In-place additions: `acc.add_(loss)` adds onto `acc` as `acc += loss` does.
 ADDING_METHODS = frozenset({"add_", "sub_"})
 # torch functions whose result has no graph whatever their inputs.
+# Libraries whose functions compute on their own arrays: what they return carries no torch graph (`np.log(p)`,
+# `scipy.special.softmax(x)`, and the array frameworks torch scope keeps out).
+ARRAY_LIBRARIES = frozenset({"numpy", "scipy", "sklearn", "pandas"}) | OTHER_FRAMEWORKS
+
+
+def graphless_call(func: cst.BaseExpression, imports: ImportMap) -> bool:
+    """Whether `func` resolves, through the imports, to a function of a library that computes without torch."""
+    qualified = imports.resolve(func) or ""
+    return qualified.split(".", 1)[0] in ARRAY_LIBRARIES
+
+
 NON_GRAD_TORCH = frozenset(
     {
         "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
@@ -340,6 +352,8 @@ class GradValues:
             return self.returns_grad(closure)[0]  # `optimizer.step(closure)` returns what the closure returns
         qualified = self.roles.imports.resolve(func) or ""
         name = last_name(func) or ""
+        if graphless_call(func, self.roles.imports):
+            return False  # np.sum(...), scipy's functions: arrays, not tensors with a graph
         if qualified.endswith("autograd.grad"):
             return _creates_graph(call)  # the gradients have a graph of their own only with create_graph=True
         if qualified.startswith("torch."):

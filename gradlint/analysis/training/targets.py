@@ -36,7 +36,7 @@ from gradlint.analysis.facts.lineage import (
 from gradlint.analysis.facts.origins import Binding, Origins
 from gradlint.analysis.facts.roles import Roles
 from gradlint.analysis.facts.steps import EventIndex
-from gradlint.analysis.facts.values import DETACHING_METHODS
+from gradlint.analysis.facts.values import DETACHING_METHODS, graphless_call
 from gradlint.analysis.syntax.collect import Collected
 from gradlint.analysis.syntax.names import dotted_name, last_name
 
@@ -321,7 +321,8 @@ class Targets:
     def _is_log_prob(self, factor: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
         core = _core(factor)
         if isinstance(core, cst.Call):
-            return last_name(core.func) in LOG_PROB_CALLS
+            # np.log(probs) is a number array, not a log-probability autograd tracks
+            return last_name(core.func) in LOG_PROB_CALLS and not graphless_call(core.func, self.roles.imports)
         return self._named_or_defined(core, at, LOG_PROB_NAME, self._is_log_prob, depth)
 
     def _is_ratio(self, factor: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
