@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TypeGuard
 
 from gradlint.frameworks import KNOWN_OPTIMIZERS, OTHER_FRAMEWORKS, TORCH_MODULES
 from gradlint.project import Project, content_hash
@@ -371,17 +372,12 @@ def _binds_other(methods: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> tuple
                 continue
             if isinstance(value, ast.Call) and (_dotted(value.func) or "").rpartition(".")[2] == "Parameter":
                 continue
-            found.update(
-                target.attr
-                for target in targets
-                if isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-            )
+            found.update(target.attr for target in targets if _on_self(target))
     return tuple(sorted(found))
 
 
-def _on_self(target: ast.expr) -> bool:
+def _on_self(target: ast.expr) -> TypeGuard[ast.Attribute]:
+    """Whether `target` is an attribute of `self` (`self.weight`)."""
     return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
 
 
@@ -963,17 +959,15 @@ class Outlines:
 
     def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
         """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
-        return tuple(
-            base.name.rpartition(".")[2] for _owner, outlined in self._lineage(ref, module) for base in outlined.bases
-        )
+        return tuple(base.name.rpartition(".")[2] for outlined in self._lineage(ref, module) for base in outlined.bases)
 
     def binds_other(self, ref: Ref, module: str, attribute: str) -> bool:
         """Whether the project class `ref` names, or a project class it derives from, binds `self.<attribute>` to
         something other than a Parameter (its own tensor-like object: `self.weight = FactorizedTensor.new(...)`)."""
-        return any(attribute in outlined.binds_other for _owner, outlined in self._lineage(ref, module))
+        return any(attribute in outlined.binds_other for outlined in self._lineage(ref, module))
 
-    def _lineage(self, ref: Ref, module: str) -> Iterator[tuple[str, ClassOutline]]:
-        """(module, outline) of the project class `ref` names and of each project class it derives from."""
+    def _lineage(self, ref: Ref, module: str) -> Iterator[ClassOutline]:
+        """The outline of the project class `ref` names and of each project class it derives from."""
         target = self._class_target(ref, module)
         pending = [target] if target is not None else []
         seen: set[tuple[str, str]] = set()
@@ -983,7 +977,7 @@ class Outlines:
             if (owner, name) in seen or outlined is None or name not in outlined.classes:
                 continue
             seen.add((owner, name))
-            yield owner, outlined.classes[name]
+            yield outlined.classes[name]
             for base in outlined.classes[name].bases:
                 if base.kind == "class":
                     pending.append((owner, base.name))

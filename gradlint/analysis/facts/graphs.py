@@ -404,24 +404,12 @@ class Graphs:
         context = self.collected.contexts.get(at)
         if not key.startswith("self.") or context is None or context.class_def is None:
             return values
-        lineage = self._lineage(context.class_def)
+        lineage = self.roles.lineage(context.class_def)
         return [
             value
             for value in values
             if (owner := self.collected.contexts.get(value)) is not None and owner.class_def in lineage
         ]
-
-    def _lineage(self, owner: cst.ClassDef) -> set[cst.ClassDef]:
-        """`owner` and the classes of this module it derives from, by name."""
-        classes = {cls.name.value: cls for cls in self.collected.owners.values()}
-        found, pending = set(), [owner]
-        while pending:
-            cls = pending.pop()
-            if cls in found:
-                continue
-            found.add(cls)
-            pending.extend(classes[name] for base in cls.bases if (name := dotted_name(base.value)) in classes)
-        return found
 
     def _builds_weight_layer(
         self, value: cst.BaseExpression, key: str, built: list[cst.BaseExpression], depth: int

@@ -146,14 +146,11 @@ class Leaves:
     def _holds_its_own(self, module: cst.BaseExpression, attribute: str) -> bool:
         """Whether a class that `module` was built from binds `self.<attribute>` to something other than a Parameter
         (tltorch's `TRL` sets `self.weight = FactorizedTensor.new(...)`): what `module.weight` holds is then that."""
-        key = dotted_name(module)
-        if key is None or self.binds_other is None:
+        if self.binds_other is None:
             return False
         return any(
-            isinstance(value, cst.Call)
-            and (built := dotted_name(value.func)) is not None
-            and self.binds_other(built, attribute)
-            for value in self.roles.values.get(key, [])
+            (built := dotted_name(call.func)) is not None and self.binds_other(built, attribute)
+            for call in self.roles.constructors(module)
         )
 
     def _held_by_attribute_of_self(self, key: str, scope: cst.FunctionDef) -> Held:

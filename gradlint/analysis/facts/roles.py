@@ -446,6 +446,18 @@ class Roles:
                 return True
         return False
 
+    def lineage(self, cls: cst.ClassDef) -> set[cst.ClassDef]:
+        """`cls` and the classes of this module it derives from, by name."""
+        found, pending = set(), [cls]
+        while pending:
+            current = pending.pop()
+            if current not in found:
+                found.add(current)
+                pending.extend(
+                    self.classes[name] for base in current.bases if (name := dotted_name(base.value)) in self.classes
+                )
+        return found
+
     def constructors(self, node: cst.BaseExpression) -> list[cst.Call]:
         """The calls that built the object `node`'s symbol holds anywhere in the module."""
         key = dotted_name(node)

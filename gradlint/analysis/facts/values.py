@@ -73,7 +73,6 @@ MAX_CONTAINER_DEPTH = 2
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
 # In-place additions: `acc.add_(loss)` adds onto `acc` as `acc += loss` does.
 ADDING_METHODS = frozenset({"add_", "sub_"})
-# torch functions whose result has no graph whatever their inputs.
 # Libraries whose functions compute on their own arrays: what they return carries no torch graph (`np.log(p)`,
 # `scipy.special.softmax(x)`, and the array frameworks torch scope keeps out).
 ARRAY_LIBRARIES = frozenset({"numpy", "scipy", "sklearn", "pandas"}) | OTHER_FRAMEWORKS
@@ -85,6 +84,7 @@ def graphless_call(func: cst.BaseExpression, imports: ImportMap) -> bool:
     return qualified.split(".", 1)[0] in ARRAY_LIBRARIES
 
 
+# torch functions whose result has no graph whatever their inputs.
 NON_GRAD_TORCH = frozenset(
     {
         "tensor", "argmax", "argmin", "zeros", "ones", "empty", "full", "arange", "linspace", "randn", "rand",
