@@ -20,6 +20,8 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
+from gradlint.frameworks import DRIVING
+
 # What a loop draws batches from, by name: `val_loader`, `test_batches`, `dataset`, `ds`, `eval_split`.
 LOADER_NAME = re.compile(r"(?i)\w*(loader|batches|dataset|data|iterator)s?|(\w+_)?(dl|ds|set|split)s?")
 # Calls that hand on what they iterate: `for i, (x, y) in enumerate(tqdm(loader))` iterates `loader`.
@@ -28,6 +30,14 @@ DATA_LOADER = "DataLoader"
 # Methods that cut a tensor's graph: a forward whose output only reaches these recorded its graph for nothing.
 DETACHING = frozenset({"detach", "item", "tolist", "numpy", "argmax", "argmin"})
 MAX_BINDING_DEPTH = 3  # `tq = tqdm(it)`, `it = iter(loader)`: how many local names to follow back
+# Calls that put trained weights into a model (`Evaluation._loads_weights`), by their last name.
+WEIGHT_LOADERS = frozenset({"load_state_dict", "from_pretrained", "load"})
+# Calls that backpropagate, by their last name: their scope records.
+BACKPROPAGATING = frozenset({"backward", "manual_backward", "grad"})
+# Hooks whose returned loss a framework backpropagates (Lightning's `training_step`).
+BACKPROPAGATED_HOOKS = frozenset(
+    name for framework in DRIVING if framework.hooks for name in framework.hooks.backpropagated
+)
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -37,7 +47,17 @@ def evaluation_code(tree: ast.Module) -> bool:
     """Whether some code could be evaluation code (`Evaluation.regions`): a loop in a scope that switches a
     module's mode (`model.eval()`, `model.train(flag)`), a scope that switches one and detaches what it computes
     (one inference pass whose graph is thrown away), or a loop of a function over what could be a loader (a name
-    like one, a `DataLoader(...)`, or a local name assigned one, through `enumerate`/`tqdm`)."""
+    like one, a `DataLoader(...)`, or a local name assigned one, through `enumerate`/`tqdm`); or an inference
+    script (it loads weights, and loops or detaches); or a detached forward in code that records
+    (`Evaluation.detached_forwards`): something detaches, and the module backpropagates, defines a hook whose
+    result its framework backpropagates, or runs code of its own at the top level."""
+    nodes = list(ast.walk(tree))
+    detaches = any(_detaches(node) for node in nodes)
+    calls = [_last_name(node.func) for node in nodes if isinstance(node, ast.Call)]
+    if any(name in WEIGHT_LOADERS for name in calls) and (detaches or any(isinstance(n, _LOOPS) for n in nodes)):
+        return True
+    if detaches and _may_record(tree, nodes, calls):
+        return True
     scopes: list[ast.Module | _Function] = [tree]  # the module first: its imports hold for every function
     loaders = {DATA_LOADER}
     while scopes:
@@ -59,6 +79,23 @@ def evaluation_code(tree: ast.Module) -> bool:
 
 
 SCREENS: dict[str, Callable[[ast.Module], bool]] = {"evaluation_code": evaluation_code}
+
+
+def _may_record(tree: ast.Module, nodes: list[ast.AST], calls: list[str | None]) -> bool:
+    """Whether some code of the module is proven to record: a backward or `autograd.grad` (imported under any
+    name), a framework hook whose result is backpropagated, or top-level code that detaches or calls a function
+    or method the module defines."""
+    if any(name in BACKPROPAGATING for name in calls) or any(
+        isinstance(node, ast.ImportFrom) and any(alias.name == "grad" for alias in node.names) for node in nodes
+    ):
+        return True
+    defined = {node.name for node in nodes if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if defined & BACKPROPAGATED_HOOKS:
+        return True
+    top_level = [node for node in _own_nodes(tree, []) if not isinstance(node, ast.ClassDef)]
+    return any(
+        _detaches(node) or (isinstance(node, ast.Call) and _last_name(node.func) in defined) for node in top_level
+    )
 
 
 def _own_nodes(scope: ast.Module | _Function, nested: list[ast.Module | _Function]) -> Iterator[ast.AST]:

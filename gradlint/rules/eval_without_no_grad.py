@@ -60,6 +60,24 @@ class EvalWithoutNoGrad(Rule):
     `x.requires_grad = flag` with anything but a literal `False`, `torch.autograd.grad`)
     are fine and not reported.
 
+    An inference script is evaluation code too: a module that loads trained weights into a
+    model (`model.load_state_dict(...)`, `model = torch.load(path)`, `X.from_pretrained(...)`)
+    and never trains (no backward, step or clear, of its own or in a project function it calls;
+    no optimizer or GradScaler; no request for gradients; no call of unknown effect named like
+    training) runs every forward of its top-level code, and of the functions that code calls,
+    for nothing: the first forward of each loop there is reported, as is a helper's forward at
+    the call in the loop (`for line in lines: synthesize(model, line)`).
+
+    Anywhere autograd is proven to record (module-level code, a function that backpropagates,
+    or one such code calls), a forward whose every use is detached (`x_test = self.G(z)` used
+    only as `x_test.data`, `images = g(z).data.cpu()`) is reported too, inside a training loop
+    as well: its graph serves nothing (a preview sample, a logged image, an accuracy check after
+    an attack). A detached output that may reach a loss the scope backpropagates (a target
+    network's output in a TD target, a generator's detached sample the critic scores, a value
+    kept in a list the loss is built from) is part of the step and is not reported, nor is one
+    a `return` hands to the caller or a statement stores outside the scope (`self.target =
+    ...`).
+
     A method of a model proven one (not only named one), handed what the loop iterates
     (`model.encode(batch)`), is a forward too, and a model is known by what the code does
     with it (`trainedModel.to(device)`, `trainedModel.eval()`, `trainedModel(x)`) whatever
@@ -91,7 +109,7 @@ class EvalWithoutNoGrad(Rule):
         "recording a graph that is never used and wasting memory and time"
     )
     quiet_in_tests = True
-    requires = ((b"for", b"while", b".eval("),)
+    requires = ((b"for", b"while", b".eval(", b".data", b".detach(", b".item(", b".numpy(", b".tolist(", b".arg"),)
     screen = "evaluation_code"
     example = """
         model.eval()
@@ -119,6 +137,23 @@ class EvalWithoutNoGrad(Rule):
                 related.append((inner, "the forward pass it runs, with autograd recording"))
             message = f"{runs} outside torch.no_grad() in evaluation code, recording a graph that is never used"
             self.report(call, message, self._wrap_loop(call), related)
+        for call in self.analysis.evaluation.detached_forwards():
+            message = (
+                f"`{self.analysis.code(call.func)}` runs with autograd recording, but every use of its output is "
+                "detached: the graph it records is never used"
+            )
+            self.report(call, message, self._wrap_statement(call))
+
+    def _wrap_statement(self, call: cst.Call) -> Fix | None:
+        """Run the one statement holding the forward under `torch.no_grad()`: unsafe, as the forward's own code
+        (in another module) may ask for gradients."""
+        no_grad = reference(self.analysis.imports, "torch.no_grad")
+        statement = self.analysis.collected.statement_of.get(call)
+        if no_grad is None or statement is None:
+            return None
+        return wrap_in_with(
+            self.analysis, statement, cst.Call(no_grad), "run the forward under `torch.no_grad()`", safe=False
+        )
 
     def _wrap_loop(self, call: cst.Call) -> Fix | None:
         """Run the evaluation code under `torch.no_grad()`: unsafe, as code of other modules may need gradients."""

@@ -57,14 +57,15 @@ class CallerGradMode:
         context = self.collected.contexts[node]
         if context.grad_mode is not GradMode.ENABLED:
             return False  # no_grad, or set_grad_enabled(is_train) whose mode is unknown
-        switched_off = self._switched_off()
+        switched_off = self.switched_off()
         if self.collected.module in switched_off or context.scope in switched_off:
             return False
         function = context.function
         return function is None or self._function_records(function)
 
-    def _switched_off(self) -> set[Scope]:
-        # Ex) torch.set_grad_enabled(False) as a statement: autograd stays off until switched back.
+    def switched_off(self) -> set[Scope]:
+        """The scopes that turn autograd off by a plain statement, `torch.set_grad_enabled(False)`: it stays off
+        until switched back, so nothing after it in the scope surely records."""
         if self._switched_off_scopes is None:
             self._switched_off_scopes = {
                 self.collected.contexts[statement].scope

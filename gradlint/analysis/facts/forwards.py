@@ -16,14 +16,15 @@ import libcst as cst
 from gradlint.analysis.facts.roles import MODULE_PASSTHROUGH, Role, Roles
 from gradlint.analysis.facts.steps import EventIndex
 from gradlint.analysis.syntax.collect import Collected
-from gradlint.analysis.syntax.names import last_name
+from gradlint.analysis.syntax.names import dotted_name, last_name
 
 ACCESSOR = re.compile(r"_*(from|get|unwrap|build|load|create|make|init|wrap|prepare|setup|copy|deepcopy)_\w+")
 
 
 def constructs(call: cst.Call, roles: Roles) -> bool:
     """True for `Net()`, `nn.Linear(4, 2)`, `Net().to(device)`: a class called, maybe moved. A capital
-    letter only breaks the tie: a callee proven to hold a module (`self.G = Generator()`, then `self.G(z)`)
+    letter only breaks the tie: a callee proven to hold a module (`self.G = Generator()`, then `self.G(z)`),
+    or one that every assignment binds to what a call returned (`self.G = nn.DataParallel(net.Generator(c))`),
     is run, not built."""
     base: cst.BaseExpression = call
     while (
@@ -35,7 +36,13 @@ def constructs(call: cst.Call, roles: Roles) -> bool:
     if not isinstance(base, cst.Call):
         return False
     name = last_name(base.func)
-    return name is not None and name[:1].isupper() and roles.proven_role(base.func) is not Role.MODEL
+    if name is None or not name[:1].isupper() or roles.proven_role(base.func) is Role.MODEL:
+        return False
+    # Ex) self.G = Generator(config), then self.G(z): what every assignment gave it is an object a call made, so
+    # calling it runs that object; a class is bound by name (`block = Bottleneck`), not by a call.
+    key = dotted_name(base.func)
+    values = roles.values_of(key) if key is not None else []
+    return not values or not all(isinstance(value, cst.Call) for value in values)
 
 
 def fetches_module(call: cst.Call) -> bool:

@@ -44,10 +44,11 @@ import libcst as cst
 
 from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.forwards import ForwardCalls
+from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.leaves import parameter_names
 from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.facts.roles import Role, Roles
-from gradlint.analysis.facts.steps import EventIndex, Given, runs_when_off, switched_off_at
+from gradlint.analysis.facts.steps import EventIndex, Given, Kind, runs_when_off, switched_off_at
 from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
@@ -68,6 +69,8 @@ END = 1 << 62
 # torch's loaders, by qualified name: iterating one draws batches.
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 MAX_CALLER_DEPTH = 4
+# What returns a whole model, trained weights included, by qualified name.
+LOADERS = frozenset({"torch.load", "torch.jit.load"})
 # Methods a value passes through on its way to a detaching one (`out.cpu().numpy()`).
 PASSING = frozenset(
     {"cpu", "cuda", "to", "float", "double", "half", "squeeze", "unsqueeze", "contiguous", "view", "reshape", "flatten"}
@@ -120,6 +123,8 @@ class Evaluation:
         self._exits: dict[Region, list[int]] = {}
         self._receivers: dict[Scope, frozenset[int]] = {}
         self._tries: dict[Scope, dict[cst.ExceptHandler, cst.Try]] = {}  # the `try` of each `except`, per scope
+        self._backpropagated_hooks = frozenset(backpropagated_returns(collected))
+        self._reported: list[cst.Call] | None = None
 
     def iterates_loader(self, loop: Loop) -> bool:
         """Whether `loop` draws batches from a loader or dataset: `for x, y in tqdm(val_loader)`, or a local name
@@ -144,6 +149,11 @@ class Evaluation:
 
     def graph_building_forwards(self) -> list[cst.Call]:
         """The first model call of each evaluation loop that runs outside no_grad, in source order."""
+        if self._reported is None:
+            self._reported = self._graph_building_forwards()
+        return self._reported
+
+    def _graph_building_forwards(self) -> list[cst.Call]:
         first: dict[Loop, cst.Call] = {}
         # Only a forward inside a loop is reported, and a function's loops are its own; a function
         # found by its shape reports only forwards in loops over a loader.
@@ -153,8 +163,12 @@ class Evaluation:
             looping[scope] = looping.get(scope, False) or self.iterates_loader(loop)
         scopes: list[Scope] = [self.collected.module, *self.collected.functions]
         discarded: list[cst.Call] = []
+        inference = self._inference_scopes()
         for scope in (scope for scope in scopes if not self._is_module_forward(scope)):
-            for region in self.regions(scope, by_shape=looping.get(scope, False)):
+            regions = self.regions(scope, by_shape=looping.get(scope, False))
+            if scope in inference:
+                regions.append(Region(scope, -1, END, over_loader=False))
+            for region in regions:
                 if self._wants_gradients(region):
                     continue
                 for call in self._forwards_in(region):
@@ -184,6 +198,160 @@ class Evaluation:
                 found.append(call)
         return found
 
+    def _inference_scopes(self) -> frozenset[Scope]:
+        """The code of an inference script: the module's own top-level code, and the functions it calls (and
+        those they call) that are no model's methods and return no graph, when the module loads trained weights
+        into a model (`model.load_state_dict(...)`, `model = torch.load(...)`, `X.from_pretrained(...)`) and
+        never trains: no gradient event (of its own or of a project function it calls), no optimizer or
+        GradScaler, no request for gradients, and no call of unknown effect named like training. Every forward
+        such code runs records a graph nothing will use."""
+        if not self._loads_weights() or not self._never_trains():
+            return frozenset()
+        found: set[Scope] = {self.collected.module}
+        candidates = [
+            function
+            for function in self.collected.functions
+            if not (function in self.collected.owners and self.roles.is_model_class(self.collected.owners[function]))
+            and not self.values.returns_grad(function)[0]
+        ]
+        grown = True
+        while grown:
+            grown = False
+            for function in candidates:
+                if function not in found and any(
+                    self.collected.contexts[site].scope in found for site in self.callers.call_sites(function)
+                ):
+                    found.add(function)
+                    grown = True
+        return frozenset(found)
+
+    def _loads_weights(self) -> bool:
+        """Whether the module puts trained weights into a model: `model.load_state_dict(...)`, or binds a model to
+        what `torch.load`, `torch.jit.load` or a `from_pretrained` returns."""
+        for call in self.collected.calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "load_state_dict"
+                and self._is_model(func.value, call)
+            ):
+                return True
+            statement = self.collected.statement_of.get(call)
+            loads = last_name(func) == "from_pretrained" or self.collected.imports.resolve(func) in LOADERS
+            if (
+                loads
+                and isinstance(statement, cst.Assign)
+                and statement.value is call
+                and any(self.roles.role(target.target) is Role.MODEL for target in statement.targets)
+            ):
+                return True
+        return False
+
+    def _never_trains(self) -> bool:
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        if any(self.events.scope_events(scope) for scope in scopes):
+            return False
+        for call in self.collected.calls:
+            torch_own = (self.collected.imports.resolve(call.func) or "").startswith("torch.")  # torch.no_grad()
+            if _asks_for_gradients(call) or (self._might_train(call) and not torch_own):
+                return False
+            if self.roles.role_of_value(call) in (Role.OPTIMIZER, Role.SCALER):
+                return False
+        return not any(_enables_requires_grad(statement) for statement in self.collected.statements)
+
+    def detached_forwards(self) -> list[cst.Call]:
+        """The forwards of code proven to record whose every use is detached (`x_test = self.G(z); save(x_test.data)`,
+        `images = g(z).data.cpu()`): the graph each records serves nothing, inside a training loop too. Code proven
+        to record is module-level code, a function that backpropagates, a hook whose result its framework
+        backpropagates, and a function one of those calls; a module's own `forward` runs in its caller's grad
+        mode and is left alone. The forwards `graph_building_forwards` reports are not repeated."""
+        reported = set(self.graph_building_forwards())
+        found = []
+        scopes: list[Scope] = [self.collected.module, *self.collected.functions]
+        for scope in scopes:
+            if self._is_module_forward(scope) or not self._surely_records(scope, 0):
+                continue
+            for call in self.collected.calls_in_scope(scope):
+                context = self.collected.contexts[call]
+                if call in reported or context.profiled or context.grad_mode is not GradMode.ENABLED:
+                    continue
+                if not self.forwards.is_forward(call) or not self._only_detached(call, scope):
+                    continue
+                if (
+                    self._builds_no_graph(call)
+                    or self._forward_needs_gradients(call)
+                    or self._retries_with_gradients(call)
+                    or self._serves_training(call, scope)
+                ):
+                    continue
+                found.append(call)
+        return found
+
+    def _serves_training(self, call: cst.Call, scope: Scope) -> bool:
+        """Whether what the statement holding `call` hands on may reach a value the scope backpropagates (or that
+        a framework backpropagates after its hook returns): a target network's detached output in a TD target, a
+        generator's detached sample the critic scores, a detached value kept in a list the loss is built from.
+        Such a forward is part of the step, and the DOMAIN calls it correct. What the statement hands on is the
+        names it binds, or for a call statement the objects it gives the value to (`buffer.append(...)`); a
+        `return` or `yield` hands it to the caller, and a binding of anything but local names (`self.target =
+        ...`) to code out of view: both count as serving training."""
+        statement = self.collected.statement_of.get(call)
+        if statement is None or any(isinstance(node, (cst.Return, cst.Yield)) for node in descendants(statement)):
+            return True
+        targets: list[cst.BaseExpression] = []
+        if isinstance(statement, cst.Assign):
+            targets = [target.target for target in statement.targets]
+        elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
+            targets = [statement.target]
+        if any(not isinstance(target, (cst.Name, cst.Tuple, cst.List)) for target in targets):
+            return True
+        inside = set(descendants(call))
+        handed = targets or [
+            node
+            for node in descendants(statement)
+            if isinstance(node, (cst.Name, cst.Attribute)) and node not in inside
+        ]
+        bound = {name.split(".", 1)[0] for node in handed for name in names_in(node)}
+        losses: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+        for event in self.events.scope_events(scope):
+            if event.kind not in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD):
+                continue
+            at = self.collected.statement_of.get(event.site) if isinstance(event.site, cst.Call) else event.site
+            if event.value is None or at is None or at is statement:
+                return True  # a backward of this statement, or one whose loss is not in view
+            losses.append((event.value, at))
+        if scope in self._backpropagated_hooks:
+            return True  # what the hook returns is backpropagated: its lineage is the framework's to follow
+        read: set[str] = set()
+        seen: set[cst.CSTNode] = set()
+        while losses:
+            value, at = losses.pop()
+            for name in {part for dotted in names_in(value) for part in (dotted, dotted.split(".", 1)[0])}:
+                read.add(name)  # `preds.float()` reads `preds`
+                for definition in self.events.origins.definitions(name, at):
+                    if definition.binding is not Binding.OUTSIDE and definition.node not in seen:
+                        seen.add(definition.node)
+                        losses.append((definition.value, definition.node))
+        return bool(bound & {name.split(".", 1)[0] for name in read})
+
+    def _surely_records(self, scope: Scope, depth: int) -> bool:
+        """Whether `scope` runs with autograd recording: module-level code, a function that backpropagates (a
+        backward raises where nothing was recorded), a hook its framework backpropagates the result of, or a
+        function that one of those calls with autograd on."""
+        if not isinstance(scope, cst.FunctionDef):
+            return self.collected.module not in self.callers.switched_off()
+        if depth > MAX_CALLER_DEPTH or scope in self.callers.switched_off():
+            return False
+        if scope in self._backpropagated_hooks or any(
+            event.kind in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD) for event in self.events.scope_events(scope)
+        ):
+            return True
+        return any(
+            self.collected.contexts[site].grad_mode is GradMode.ENABLED
+            and self._surely_records(self.collected.contexts[site].scope, depth + 1)
+            for site in self.callers.call_sites(scope)
+        )
+
     def _only_detached(self, call: cst.Call, scope: Scope) -> bool:
         """Whether every use of what `call` returns is detached: the call itself, or the one name bound to it."""
         receivers = self._detached_receivers(scope)
@@ -198,11 +366,15 @@ class Evaluation:
         ):
             return False
         key = statement.targets[0].target.value
+        statements = self.collected.statements_in_scope(scope)
+        bound = {  # the name where an assignment binds it anew (`x = self.G(z)` in two branches) is no use of it
+            id(target.target) for other in statements if isinstance(other, cst.Assign) for target in other.targets
+        }
         uses = [
             node
-            for other in self.collected.statements_in_scope(scope)
+            for other in statements
             for node in descendants(other)
-            if isinstance(node, cst.Name) and node.value == key and node is not statement.targets[0].target
+            if isinstance(node, cst.Name) and node.value == key and id(node) not in bound
         ]
         return bool(uses) and all(id(node) in receivers for node in uses)
 
