@@ -883,6 +883,8 @@ class Outlines:
         """(module, class name) of the project class `ref` names from `module`."""
         if ref.kind == "class":
             return module, ref.name
+        if ref.kind == "star":
+            return self._star(module, ref.name)  # Ex) from .utils import * ... conv2DBatchNormRelu(...)
         dotted = self._absolute(ref, module)
         return self._definition(dotted, 0) if dotted is not None else None
 
@@ -949,11 +951,7 @@ class Outlines:
 
     def class_of(self, ref: Ref, module: str) -> tuple[str, str] | None:
         """(module, name) of the project class `ref`, made in `module`, names; None when it names no class."""
-        if ref.kind == "class":
-            target: tuple[str, str] | None = (module, ref.name)
-        else:
-            dotted = self._absolute(ref, module)
-            target = self._definition(dotted, 0) if dotted is not None else None
+        target = self._class_target(ref, module)
         outlined = self.outline(target[0]) if target is not None else None
         return target if target is not None and outlined is not None and target[1] in outlined.classes else None
 

@@ -281,7 +281,10 @@ class ModuleAnalysis:
     @cached_property
     def graphs(self) -> Graphs:
         """What values were computed from, whether they require grad, what backward saved."""
-        return Graphs(self.collected, self.roles, self.values, self.leaves, self.origins, self.callers.call_sites)
+        saved = partial(self.program.saves_output, imports=self.imports) if self.program is not None else None
+        return Graphs(
+            self.collected, self.roles, self.values, self.leaves, self.origins, self.callers.call_sites, saved
+        )
 
     def own_events(self, kind: Kind) -> list[Event]:
         """The events of one kind written in each scope itself (not reached through a helper), in order."""
@@ -474,14 +477,24 @@ class ModuleAnalysis:
                 return call
         return None
 
-    def rebinds(self, region: Loop | Scope, key: str, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
+    def rebinds(
+        self,
+        region: Loop | Scope,
+        key: str,
+        seen: frozenset[cst.FunctionDef] = frozenset(),
+        whenever: cst.CSTNode | None = None,
+    ) -> bool:
         """Whether `key` gets a fresh value inside `region` (`x = ...` not reading x, `x.clear()`, `del x`).
 
         The assignment may unpack (`losses, accs = [], []`) or be annotated (`losses: list[Tensor] = []`).
         A method of this module called on the object does it too: `pi.train_net()` whose body sets
-        `self.data = []` gives `pi.data` a fresh start.
+        `self.data = []` gives `pi.data` a fresh start. With `whenever` (a statement of the region), only a
+        fresh start that runs whenever that statement runs counts: one under an `if` of its own (`if step %
+        log_every == 0: total = 0`) runs only on some passes, and what is kept between them stays.
         """
         for statement in self.statements_in(region):
+            if whenever is not None and not self._runs_whenever(statement, whenever):
+                continue
             if self._rebinds_through_method(statement, key, seen):
                 return True
             if isinstance(statement, cst.Assign) and key not in set(names_in(statement.value)):
@@ -497,6 +510,15 @@ class ModuleAnalysis:
                 if isinstance(func, cst.Attribute) and func.attr.value == "clear" and dotted_name(func.value) == key:
                     return True
         return False
+
+    def _runs_whenever(self, statement: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether `statement` sits in no branch that `other` does not sit in too (same `if`, same arm)."""
+
+        def arm(branch: cst.CSTNode, node: cst.CSTNode) -> tuple[cst.CSTNode, bool]:
+            return branch, isinstance(branch, cst.If) and self.collected.in_body(branch, node)
+
+        theirs = {arm(branch, other) for branch in self.collected.contexts[other].ifs}
+        return all(arm(branch, statement) in theirs for branch in self.collected.contexts[statement].ifs)
 
     def assigns_fresh(self, region: Loop | cst.FunctionDef, key: str) -> bool:
         """Whether `region` assigns `key` a value that reads nothing of it.

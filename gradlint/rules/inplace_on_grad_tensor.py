@@ -86,14 +86,20 @@ class InplaceOnGradTensor(Rule):
     requires grad when every call of the module passes a value that does
     (`self._partial(distances * self.weight)`). A layer built as
     `nn.Sigmoid()`, `nn.Tanh()`, `nn.ReLU()` or `nn.Softmax()`, or an `nn.Sequential` whose
-    last layer is one, returns a saved output. Code a module runs only in eval mode (under
+    last layer is one, returns a saved output; so does a project module, of this module or
+    another (imported by name, relatively or through `from .utils import *`), whose `forward`
+    returns one on every path (`self.cbr = conv2DBatchNormRelu(...)`, whose forward returns
+    its `nn.Sequential(conv, bn, nn.ReLU(inplace=True))`'s output): `x = self.cbr(x)`, then
+    an in-place dropout or `x += pos`, raises. A project class is known by what it derives
+    from, whatever the case of its name. Code a module runs only in eval mode (under
     `if not self.training:`, or in the `else` of `if self.training:`) counts as backpropagated
     only where a backward follows it in the same function (an input-gradient saliency map):
     a forward's eval-only branch is what inference runs, usually under `no_grad`.
 
     Known problems
-    Only operations of the same function are followed: a tensor saved inside a
-    helper, or by a layer whose activation saves its output, is not seen. A leaf is
+    Only operations of the same function, and what the forwards of project modules
+    return, are followed: a tensor saved inside a helper function is not seen, nor an
+    input a forward changes in place that its callers in other modules hand it. A leaf is
     reported only where autograd surely records (module-level code, a constructor or
     `forward`, a function that backpropagates, or one called from such code in the
     same module, a framework hook whose result the framework backpropagates included):

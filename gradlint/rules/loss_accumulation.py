@@ -30,7 +30,10 @@ class LossAccumulation(Rule):
     `loss.detach()` (a tensor without history) for logging. Storing each step's loss by
     index into a list or dict made before the loop (`history[step] = loss`, the index
     counting the iterations) keeps the graphs the same way; a fixed window
-    (`recent[step % k] = loss`) does not grow. Handing the loss to an object whose method
+    (`recent[step % k] = loss`) does not grow. A fresh start counts only where it runs on
+    every pass that adds: one under an `if` of its own (`if step % log_every == 0: ...;
+    total = 0`) leaves every graph added in between alive, up to `log_every` steps of
+    activations. Handing the loss to an object whose method
     keeps it (a meter's `update(val, n)` running `self.sum += val * n`, a statistics
     collector whose `__setitem__` appends to a list per key) keeps the graphs as well,
     wherever in the project that class is defined; a method that keeps `float(val)` or
@@ -41,7 +44,8 @@ class LossAccumulation(Rule):
     backward, and an integer tensor (`total_tokens = torch.zeros([], dtype=torch.int)`)
     holds no graph whatever is added into it. An in-place addition (`running.add_(loss)`)
     keeps the graph as `+=` does. What is backpropagated carries a graph however it was
-    computed (`loss = sum(losses)` over heads of unknown type, then `loss.backward()`), a
+    computed (`loss = sum(losses)` over heads of unknown type, or `loss, out =
+    self.get_loss(x)` from a helper whose criterion is unknown, then `loss.backward()`), a
     list that such values were appended to carries it too, and so does what
     `optimizer.step(closure)` hands back when the closure returns the loss. The container
     a backpropagated value was taken out of holds its graph (`output = self.train_step(batch)`,
@@ -213,9 +217,9 @@ class LossAccumulation(Rule):
             region_node: cst.For | cst.While | cst.FunctionDef = function
         else:
             region_node = region
-        if analysis.rebinds(region_node, key) or key in analysis.backpropagated_names(region_node):
+        if analysis.rebinds(region_node, key, whenever=statement) or key in analysis.backpropagated_names(region_node):
             return
-        if store is not None and analysis.rebinds(region_node, store):
+        if store is not None and analysis.rebinds(region_node, store, whenever=statement):
             return
         if isinstance(context.scope, cst.FunctionDef) and key in analysis.backpropagated_names(context.scope):
             return  # kept on purpose: the function backpropagates the kept values later

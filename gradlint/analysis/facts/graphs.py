@@ -95,8 +95,13 @@ class Graphs:
         leaves: Leaves,
         origins: Origins,
         call_sites: Callable[[cst.FunctionDef], list[cst.Call]] = lambda function: [],
+        saved_elsewhere: Callable[[str], bool] | None = None,
     ) -> None:
         self.collected = collected
+        # Whether the project class of another module a dotted name refers to returns a saved output from its
+        # forward (`ModuleProgram.saves_output`); None without the whole program.
+        self.saved_elsewhere = saved_elsewhere
+        self._class_saves: dict[str, bool] = {}  # top-level classes of this module: whether forward returns one
         # The calls of this module that run a function (`callers.CallerGradMode.call_sites`).
         self.call_sites = call_sites
         self._passed: dict[tuple[str, cst.FunctionDef], bool] = {}  # parameters proven to be given a graph
@@ -528,7 +533,8 @@ class Graphs:
         )
 
     def _module_kind(self, value: cst.BaseExpression) -> str | None:
-        """What a call of a module saves: "output" (nn.Sigmoid), "input" (nn.Linear, any other), or None."""
+        """What a call of a module saves: "output" (nn.Sigmoid, a project class whose forward returns a saved
+        output), "input" (nn.Linear, any other), or None."""
         if not isinstance(value, cst.Call) or self.roles.role(value.func) is not Role.MODEL:
             return None
         key = dotted_name(value.func)
@@ -536,9 +542,58 @@ class Graphs:
         classes = {_final_layer(v) for v in built}
         if classes and classes <= OUTPUT_SAVING_MODULES:
             return "output"
+        if built and all(self._project_class_saves(v) for v in built):
+            return "output"  # Ex) self.cbr = ConvBNReLU(...), whose forward returns its ReLU's saved output
         if classes and classes <= NOTHING_SAVING_MODULES:
             return None  # Ex) self.drop = nn.Dropout(0.1): saves a mask, not its input
         return "input"
+
+    def saved_output_classes(self) -> frozenset[str]:
+        """The top-level classes of the module whose `forward` returns, on every path, a tensor an operation saved
+        for backward (its last op is a ReLU, a sigmoid, an `nn.Sequential` that ends in one, or another such
+        class): a caller that changes their output in place breaks the backward through them."""
+        return frozenset(
+            node.name.value
+            for node in self.collected.module.body
+            if isinstance(node, cst.ClassDef) and self._class_saves_output(node.name.value)
+        )
+
+    def _project_class_saves(self, built: cst.Call) -> bool:
+        """Whether `built` constructs a project class whose forward returns a saved output: a class of this module
+        (by its name), or of another module of the project (through the program)."""
+        name = dotted_name(built.func)
+        if name is None:
+            return False
+        if (
+            "." not in name
+            and self.roles.imports.resolve(built.func) in (None, name)
+            and self._class_saves_output(name)
+        ):
+            return True
+        return self.saved_elsewhere is not None and self.saved_elsewhere(name)
+
+    def _class_saves_output(self, name: str) -> bool:
+        if name not in self._class_saves:
+            self._class_saves[name] = False  # asked again while deciding (a forward that runs its own class)
+            self._class_saves[name] = self._forward_returns_saved(name)
+        return self._class_saves[name]
+
+    def _forward_returns_saved(self, name: str) -> bool:
+        owner = next(
+            (node for node in self.collected.module.body if isinstance(node, cst.ClassDef) and node.name.value == name),
+            None,
+        )
+        if owner is None or not self.roles.is_model_class(owner):
+            return False
+        forward = next(
+            (f for f, cls in self.collected.owners.items() if cls is owner and f.name.value == "forward"), None
+        )
+        if forward is None:
+            return False
+        returns = [s for s in self.collected.statements_in_scope(forward) if isinstance(s, cst.Return)]
+        return bool(returns) and all(
+            statement.value is not None and self.saved_for_backward(statement.value, statement) for statement in returns
+        )
 
     def _product_saves(self, node: cst.BinaryOperation, key: str, statement: cst.CSTNode) -> bool:
         # Ex) z = w * h saves h for w's gradient; h ** 2 and x / h save h whatever the other side is

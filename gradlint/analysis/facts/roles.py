@@ -399,7 +399,8 @@ class Roles:
             return Role.OTHER if name not in self.redefined and _plain_class(self.classes[name]) else None
         if _is_model_constructor(qualified, name):
             return Role.MODEL
-        if self.project_bases is not None and local is not None and name[:1].isupper():
+        if self.project_bases is not None and local is not None:
+            # A class is known by what it derives from, not by a capital letter (`conv2DBatchNormRelu(...)`).
             bases = self.project_bases(local)
             if any(base.endswith("Loss") for base in bases):
                 return Role.LOSS_FN

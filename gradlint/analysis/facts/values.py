@@ -222,13 +222,17 @@ class GradValues:
         self, value: cst.BaseExpression, at: cst.CSTNode, scope: Scope, depth: int
     ) -> set[tuple[cst.CSTNode, str]]:
         """(assignment, name) for the assignments that bind `value` (a name, or an entry of a named container) as
-        it reaches `at`, and, through an assignment that takes it out of a container, those of the container."""
+        it reaches `at` (an unpacking binds the name to the part that is backpropagated), and, through an
+        assignment that takes it out of a container, those of the container."""
         entry = _entry_of(value) if isinstance(value, cst.Subscript) else None
         key = dotted_name(container_of(value))
         if key is None or depth > MAX_CONTAINER_DEPTH:
             return set()
         found: set[tuple[cst.CSTNode, str]] = set()
         for definition in self.events.origins.definitions(key, at):
+            if definition.binding is Binding.UNPACK and entry is None:
+                found.add((definition.node, key))  # Ex) loss, out = self.get_loss(x): the part that is the loss
+                continue
             if definition.binding is not Binding.ASSIGN:
                 continue
             found.add((definition.node, key))
@@ -588,7 +592,13 @@ class _Walker(ForwardWalk[bool]):
         self, target: cst.BaseExpression, grad: bool | None, value: cst.BaseExpression, statement: cst.Assign
     ) -> None:
         if grad is not None:
-            self.assign(target, grad)
+            # Backward is proof here too: `loss, out = self.get_loss(x)`, then `loss.backward()` (what the helper
+            # returns may only be unproven, never proven to carry no graph, where it is backpropagated).
+            key = dotted_name(target)
+            self.assign(
+                target,
+                grad or (key is not None and (statement, key) in self.values.backpropagated_definitions(self.scope)),
+            )
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._assign_element(element.value, None, value, statement)

@@ -417,6 +417,16 @@ class ModuleProgram:
         summary = self.program.summary(target[0])
         return summary is not None and target[1] in summary.parameterless
 
+    def saves_output(self, dotted: str, imports: ImportMap) -> bool:
+        """Whether the project class of another module that `dotted` names through `imports` returns from its
+        forward a tensor an operation saved for backward (its module's summary says so)."""
+        ref = name_ref(dotted, imports)
+        target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
+        if target is None or target[0] == self.module:
+            return False
+        summary = self.program.summary(target[0])
+        return summary is not None and target[1] in summary.saved_outputs
+
     def stored_argument(self, construction: cst.Call, attribute: str, imports: ImportMap) -> cst.BaseExpression | None:
         """What `construction`, a call of a project class of another module, passes for the `__init__` parameter that
         the class stores as `attribute` (its summary's `stores`); None where that is not shown."""

@@ -108,6 +108,7 @@ class ModuleSummary:
 
     functions: dict[str, FunctionSummary] = field(default_factory=dict)
     parameterless: tuple[str, ...] = ()  # top-level classes proven to hold no parameters (`facts.parameters`)
+    saved_outputs: tuple[str, ...] = ()  # top-level classes whose forward returns a saved output (`facts.graphs`)
 
 
 def to_data(summary: ModuleSummary) -> dict[str, Any]:
@@ -148,7 +149,7 @@ def from_data(data: dict[str, Any]) -> ModuleSummary:
         )
         for name, item in data["functions"].items()
     }
-    return ModuleSummary(functions, tuple(data["parameterless"]))
+    return ModuleSummary(functions, tuple(data["parameterless"]), tuple(data["saved_outputs"]))
 
 
 def summarize(analysis: Any) -> ModuleSummary:
@@ -176,7 +177,11 @@ class _Summarizer:
             name = qualname(self.collected, function)
             if name is not None:
                 functions[name] = self._function(function)
-        return ModuleSummary(functions, tuple(sorted(self.analysis.parameterless)))
+        return ModuleSummary(
+            functions,
+            tuple(sorted(self.analysis.parameterless)),
+            tuple(sorted(self.analysis.graphs.saved_output_classes())),
+        )
 
     def _function(self, function: cst.FunctionDef) -> FunctionSummary:
         positional = positional_params(function)
