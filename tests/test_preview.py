@@ -73,11 +73,12 @@ def test_the_command_line_runs_preview_rules_with_preview(tmp_path: Path, monkey
     listed = CliRunner().invoke(main, ["rules"]).output
     assert "GL003  update-outside-no-grad       (preview) Checks for" in listed
     assert "GL010  int-requires-grad            Checks for" in listed
-    assert "GL009  eval-without-no-grad         (preview) Checks for" in listed  # back: its latest draw was worse
+    assert "GL009  eval-without-no-grad         Checks for" in listed  # out again: its latest draw was better
     assert "GL016  eval-mode-not-restored       (preview) Checks for" in listed
-    assert "GL007  clip-order                   (preview) Checks for" in listed  # draw 11: 1 of 3
-    assert "GL004  inplace-on-grad-tensor       Checks for" in listed  # draws 12 and 13: 5 of 6
-    stated = "Right 1 of 5 times on fresh code in the latest draw"
+    assert "GL007  clip-order                   Checks for" in listed  # draw 14: 10 of 10
+    assert "GL004  inplace-on-grad-tensor       Checks for" in listed  # draws 12 to 14: 7 of 8
+    assert "GL002  missing-zero-grad            (preview) Checks for" in listed
+    stated = "Right 8 of 8 times on fresh code in the latest draw"
     assert stated in CliRunner().invoke(main, ["rule", "GL009"]).output
 
 
@@ -98,8 +99,9 @@ def test_a_rule_is_judged_by_its_newest_draws_of_at_least_five_findings() -> Non
         assert counted + earlier == total(code)
         assert counted.findings >= SAMPLE or draws == len(DRAWS)
         assert in_preview(code) == (counted.right * 5 < counted.findings * 4)
-    assert newest("GL009") == (Measured(5, 1), 1) and in_preview("GL009")  # draw 13: 1 of 5
-    assert newest("GL004") == (Measured(6, 5), 2) and not in_preview("GL004")  # draws 12 and 13: 5 of 6
-    assert newest("GL001") == (Measured(5, 3), 5) and in_preview("GL001")
-    assert newest("GL007") == (Measured(6, 3), 4) and in_preview("GL007")  # draw 11's wrong clips
+    assert newest("GL009") == (Measured(8, 8), 1) and not in_preview("GL009")  # draw 14: 8 of 8
+    assert newest("GL004") == (Measured(8, 7), 3) and not in_preview("GL004")  # draws 12 to 14: 7 of 8
+    assert newest("GL001") == (Measured(5, 5), 1) and not in_preview("GL001")  # draw 14: 5 of 5
+    assert newest("GL007") == (Measured(10, 10), 1) and not in_preview("GL007")  # draw 14's clips of partial sums
+    assert newest("GL002") == (Measured(6, 1), 4) and in_preview("GL002")
     assert not in_preview("GL010")  # never fired on fresh code: not measured, on by default
