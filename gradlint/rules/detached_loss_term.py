@@ -27,6 +27,10 @@ class DetachedLossTerm(Rule):
     `torch.tensor(x, requires_grad=True)` does not help: it makes a new leaf, and the
     gradient stops at it.
 
+    A mean or sum of a sum is the sum of its terms' means, so a term detached inside the
+    reduction is one too: a soft actor-critic's `(alpha * log_prob - q.detach()).mean()` trains
+    the policy on its entropy alone. A squared or absolute error of a difference is no such sum.
+
     A loss whose every path to the model is cut (so its gradients are None) is GL006's
     (non-differentiable-loss); this rule reports losses that are only partly cut. Not
     reported: detached values used for logging or early stopping (`running += loss.item()`),

@@ -24,6 +24,8 @@ from gradlint.analysis.syntax.tree import descendants
 
 MAX_DEPTH = 8
 MAX_ALTERNATIVES = 32
+# Reductions linear in their operand: the mean (or sum) of a sum is the sum of the terms' means.
+LINEAR_REDUCTIONS = frozenset({"mean", "sum"})
 CUTTING_METHODS = frozenset({"detach", "item", "numpy", "tolist"})
 CUTTING_BUILTINS = frozenset({"float", "int"})
 # torch constructors that copy their argument's values into a new tensor without history.
@@ -86,6 +88,10 @@ class LossTerms:
             scaled = self._scaled(value, at)
             if scaled is not None:
                 return self._sums(scaled, at, seen, depth + 1)  # (ce + aux.item()) / accumulation_steps
+        reduced = self._reduced(value)
+        if reduced is not None and depth <= MAX_DEPTH:
+            # Ex) (alpha * log_prob - q.detach()).mean(): a mean or sum of a sum is the sum of its terms' means
+            return self._sums(reduced, at, seen, depth + 1)
         key = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
         if key is None or depth > MAX_DEPTH or (key, at) in seen:
             return [[Term(value, at)]]
@@ -103,6 +109,18 @@ class LossTerms:
                 sums = [a + b for a, b in product(before, sums)]
             alternatives.extend(sums)
         return alternatives[:MAX_ALTERNATIVES]
+
+    def _reduced(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The sum a linear reduction takes (`X` of `X.mean()`, `X.sum(1)`, `torch.mean(X)`), when it is one."""
+        if not isinstance(value, cst.Call) or last_name(value.func) not in LINEAR_REDUCTIONS:
+            return None
+        func = value.func
+        if isinstance(func, cst.Attribute) and not (self.collected.imports.resolve(func) or "").startswith("torch."):
+            operand: cst.BaseExpression | None = func.value  # a tensor's method
+        else:
+            torch_own = (self.collected.imports.resolve(func) or "").startswith("torch.")
+            operand = value.args[0].value if torch_own and value.args and value.args[0].keyword is None else None
+        return operand if operand is not None and _is_sum(operand) else None
 
     def returns_cut(self, function: cst.FunctionDef) -> bool:
         """Whether every `return` of `function` gives a value cut from the autograd history it had (`return
