@@ -343,9 +343,10 @@ class Evaluation:
         if depth > MAX_CALLER_DEPTH or scope in self.callers.switched_off():
             return False
         if scope in self._backpropagated_hooks or any(
-            event.kind in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD) for event in self.events.scope_events(scope)
+            event.kind in (Kind.BACKWARD, Kind.AUTOGRAD_GRAD) and event.via is None
+            for event in self.events.scope_events(scope)
         ):
-            return True
+            return True  # a backward of this module's code (`screens.evaluation_code` sees the same ones)
         return any(
             self.collected.contexts[site].grad_mode is GradMode.ENABLED
             and self._surely_records(self.collected.contexts[site].scope, depth + 1)
