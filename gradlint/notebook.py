@@ -4,8 +4,9 @@ The cells are joined rather than linted one by one because a notebook is one pro
 the optimizer built in cell 2 is the one the loop in cell 5 steps, so per-cell linting
 would lose exactly the context the rules need (Ruff joins cells for the same reason).
 Each cell is preceded by a marker comment, so that fixed source can be split back into
-its cells. IPython syntax (`%magic`, `!shell`, `x = !cmd`, `obj?`, `%%cell` magics) is not
-Python: each such line becomes a numbered placeholder `pass` that the fix path restores.
+its cells. IPython syntax (`%magic`, `!shell`, `x = !cmd`, `obj?`, `%%cell` magics, and the
+automagics `pip install ...` and `conda install ...`) is not Python: each such line becomes a
+numbered placeholder `pass` that the fix path restores.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from gradlint.rule import Diagnostic
 
 SUFFIX = ".ipynb"
 # An IPython escape at the start of a logical line: `%time f()`, `!pip install x`,
-# `files = !ls`, `out = %sx ls`, `torch.nn?`, `??model`.
-_ESCAPE = re.compile(r"^\s*(?:[%!]|[\w.]+\s*=\s*[%!]|\?*[\w.]+\?{1,2}\s*$)")
+# `files = !ls`, `out = %sx ls`, `torch.nn?`, `??model`; and the package managers' automagics
+# (`pip install -U x`, `conda install y` without the `%`), a name followed by a subcommand: never Python.
+_ESCAPE = re.compile(
+    r"^\s*(?:[%!]|[\w.]+\s*=\s*[%!]|\?*[\w.]+\?{1,2}\s*$"
+    r"|(?:pip|conda|mamba)\s+(?:install|uninstall|list|show|freeze|download|update|upgrade|remove|create|env)\b)"
+)
 # Cell magics whose body is Python and is linted; any other `%%magic` cell (`%%bash`,
 # `%%writefile`, `%%html`, ...) holds no Python and is masked whole.
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})

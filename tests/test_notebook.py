@@ -71,11 +71,12 @@ def test_cells_share_context_like_one_module() -> None:
 
 
 def test_ipython_syntax_is_masked_but_percent_in_python_is_kept() -> None:
-    python_percent = "period = (step\n    % 10)\nshell = !ls\nmodel?\n"
+    python_percent = "period = (step\n    % 10)\nshell = !ls\nmodel?\npip install -U -q matplotlib\npip = 3\n"
     data = notebook(SETUP, BASH, python_percent, LEAKY_LOOP)
     assert findings(data) == [(5, 7, 5, "GL001")]
     source = read_notebook(data).source
     assert "    % 10)" in source and "echo" not in source and "!ls" not in source
+    assert "matplotlib" not in source and "pip = 3" in source  # an automagic is masked, a Python name is not
 
 
 def test_noqa_works_in_a_cell() -> None:
