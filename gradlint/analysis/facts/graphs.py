@@ -586,7 +586,7 @@ class Graphs:
         if owner is None or not self.roles.is_model_class(owner):
             return False
         forward = next(
-            (f for f, cls in self.collected.owners.items() if cls is owner and f.name.value == "forward"), None
+            (f for f in owner.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None
         )
         if forward is None:
             return False

@@ -114,12 +114,11 @@ class LossTerms:
         """The sum a linear reduction takes (`X` of `X.mean()`, `X.sum(1)`, `torch.mean(X)`), when it is one."""
         if not isinstance(value, cst.Call) or last_name(value.func) not in LINEAR_REDUCTIONS:
             return None
-        func = value.func
-        if isinstance(func, cst.Attribute) and not (self.collected.imports.resolve(func) or "").startswith("torch."):
-            operand: cst.BaseExpression | None = func.value  # a tensor's method
-        else:
-            torch_own = (self.collected.imports.resolve(func) or "").startswith("torch.")
-            operand = value.args[0].value if torch_own and value.args and value.args[0].keyword is None else None
+        operand: cst.BaseExpression | None = None
+        if (self.collected.imports.resolve(value.func) or "").startswith("torch."):
+            operand = value.args[0].value if value.args and value.args[0].keyword is None else None  # torch.mean(X)
+        elif isinstance(value.func, cst.Attribute):
+            operand = value.func.value  # X.mean(), a tensor's method
         return operand if operand is not None and _is_sum(operand) else None
 
     def returns_cut(self, function: cst.FunctionDef) -> bool:

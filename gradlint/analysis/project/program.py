@@ -410,22 +410,24 @@ class ModuleProgram:
     def parameterless(self, dotted: str, imports: ImportMap) -> bool:
         """Whether the project class of another module that `dotted` names through `imports` is proven to hold no
         parameters (its module's summary says so)."""
-        ref = name_ref(dotted, imports)
-        target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
-        if target is None or target[0] == self.module:
-            return False
-        summary = self.program.summary(target[0])
-        return summary is not None and target[1] in summary.parameterless
+        found = self._class_summary(dotted, imports)
+        return found is not None and found[0] in found[1].parameterless
 
     def saves_output(self, dotted: str, imports: ImportMap) -> bool:
         """Whether the project class of another module that `dotted` names through `imports` returns from its
         forward a tensor an operation saved for backward (its module's summary says so)."""
+        found = self._class_summary(dotted, imports)
+        return found is not None and found[0] in found[1].saved_outputs
+
+    def _class_summary(self, dotted: str, imports: ImportMap) -> tuple[str, ModuleSummary] | None:
+        """The name of the project class of another module that `dotted` names through `imports`, and the summary
+        of its module; None for a class of this module or no project class."""
         ref = name_ref(dotted, imports)
         target = self.program.outlines.class_of(ref, self.module) if ref is not None else None
         if target is None or target[0] == self.module:
-            return False
+            return None
         summary = self.program.summary(target[0])
-        return summary is not None and target[1] in summary.saved_outputs
+        return (target[1], summary) if summary is not None else None
 
     def stored_argument(self, construction: cst.Call, attribute: str, imports: ImportMap) -> cst.BaseExpression | None:
         """What `construction`, a call of a project class of another module, passes for the `__init__` parameter that

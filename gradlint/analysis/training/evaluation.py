@@ -332,7 +332,7 @@ class Evaluation:
                     if definition.binding is not Binding.OUTSIDE and definition.node not in seen:
                         seen.add(definition.node)
                         losses.append((definition.value, definition.node))
-        return bool(bound & {name.split(".", 1)[0] for name in read})
+        return bool(bound & read)
 
     def _surely_records(self, scope: Scope, depth: int) -> bool:
         """Whether `scope` runs with autograd recording: module-level code, a function that backpropagates (a
