@@ -54,8 +54,11 @@ class TargetNotDetached(Rule):
     estimator beside its torch models: `np.log(p)` (a function of NumPy, SciPy or another
     array library, resolved through the imports) is an array, not a log-probability.
     Neither is the loss itself: a sum reached from
-    the backpropagated loss through its terms, their weights and reductions is what
-    is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`). A rollout's
+    the backpropagated loss through its terms, their differences, weights and reductions
+    is what is trained, not a target (a FactorVAE's `recon + kld + gamma * tc`): a
+    bootstrapped sum is a target only where a prediction is regressed onto it (squared,
+    or in a criterion), and one the loss holds linearly is the objective, differentiated
+    through on purpose (a DICE dual's `(w * (c + gamma * nu(s2) - nu(s))).mean()`). A rollout's
     per-step log-probabilities and values kept in lists are followed through
     `torch.stack`, `torch.cat` and `zip`.
 

@@ -223,12 +223,16 @@ class Targets:
         self._walk_all([node.left, node.right], at, bindings, depth)
 
     def _mark_sums(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> None:
-        """Mark the sums that are the loss itself: reached from it through its terms (`+`), their scaling, a
+        """Mark the sums that are the loss itself: reached from it through its terms (`+`, `-`), their scaling, a
         reduction (`.mean()`) or a name's assignment. A sum there is what is backpropagated, never a target
-        (`recon + kld + gamma * tc` is no reward plus a discounted bootstrap)."""
+        (`recon + kld + gamma * tc` is no reward plus a discounted bootstrap): a bootstrapped expression is a
+        target only where a prediction is regressed onto it (squared, in a criterion); one the loss holds
+        linearly (a dual objective's `w * (c + gamma * nu(s') - nu(s))`) is the objective, differentiated
+        through on purpose."""
         if depth > MAX_SUM_DEPTH or node in self._loss_sums:
             return
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply, cst.Divide)):
+        linear = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, linear):
             self._loss_sums.add(node)
             for side in (node.left, node.right):
                 self._mark_sums(side, at, depth + 1)
