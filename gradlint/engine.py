@@ -300,7 +300,9 @@ def lint_targets(
         if not isinstance(item, Missing):
             project.add_file(item)
     whole = Whole(tuple(project.roots), cache)
-    outlines = _OUTLINES[whole] = Outlines(project)  # read afresh each run: files change between runs
+    # The run's files are where the callers of a function are looked for.
+    _MEMBERS[whole] = tuple(item for item in targets.files if not isinstance(item, Missing))
+    outlines = _OUTLINES[whole] = Outlines(project, members=_MEMBERS[whole])  # read afresh: files change between runs
     pytest_layout.forget()  # and so do the configuration files that say which functions are tests
     _PROGRAMS.pop(whole, None)
 
@@ -351,12 +353,13 @@ class Whole:
 
 _PROGRAMS: dict[Whole, Program] = {}
 _OUTLINES: dict[Whole, Outlines] = {}
+_MEMBERS: dict[Whole, tuple[Path, ...]] = {}  # the files of the run, handed to each worker once
 
 
 def _program(whole: Whole) -> Program:
     """The model for `whole`, one per process: summaries computed once serve every file it lints."""
     if whole not in _PROGRAMS:
-        outlines = _OUTLINES.setdefault(whole, Outlines(Project(whole.roots)))
+        outlines = _OUTLINES.setdefault(whole, Outlines(Project(whole.roots), members=_MEMBERS.get(whole, ())))
         _PROGRAMS[whole] = _new_program(outlines, SummaryStore(whole.cache) if whole.cache is not None else None)
     return _PROGRAMS[whole]
 
@@ -409,7 +412,7 @@ def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int, wh
         return [_lint_guarded(path, data, config, whole) for path, data in files]
     # Biggest files first, so that no worker is left with a large file at the end.
     order = sorted(range(len(files)), key=lambda index: -len(files[index][1]))
-    with ProcessPoolExecutor(workers) as pool:
+    with _pool(workers, whole) as pool:
         futures = {index: pool.submit(_lint_guarded, *files[index], config, whole) for index in order}
         results: list[Linted | None] = [_result(futures[index]) for index in range(len(files))]
     # A worker that died (out of memory, a crash in the native parser) breaks the whole pool:
@@ -417,6 +420,15 @@ def _lint_in_pool(files: list[tuple[Path, bytes]], config: Config, jobs: int, wh
     return [
         found if found is not None else _lint_alone(*files[index], config, whole) for index, found in enumerate(results)
     ]
+
+
+def _pool(workers: int, whole: Whole) -> ProcessPoolExecutor:
+    """Worker processes that know the run's files (`_MEMBERS`), sent once to each rather than with every file."""
+    return ProcessPoolExecutor(workers, initializer=_remember_members, initargs=(whole, _MEMBERS.get(whole, ())))
+
+
+def _remember_members(whole: Whole, members: tuple[Path, ...]) -> None:
+    _MEMBERS[whole] = members
 
 
 def _result(future: Future[Linted]) -> Linted | None:
@@ -436,7 +448,7 @@ def _lint_guarded(path: Path, data: bytes, config: Config, whole: Whole) -> Lint
 
 
 def _lint_alone(path: Path, data: bytes, config: Config, whole: Whole) -> Linted:
-    with ProcessPoolExecutor(1) as pool:
+    with _pool(1, whole) as pool:
         found = _result(pool.submit(_lint_guarded, path, data, config, whole))
     if found is not None:
         return found

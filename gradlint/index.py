@@ -50,6 +50,12 @@ RETURNS_GRAPH = re.compile(r"loss|criterion|objective|forward|_step$|^step$")
 MAX_OUTLINE_BYTES = 2 << 20
 # How many re-export hops (`from .core import train` in an `__init__`) a name is followed through.
 MAX_REEXPORTS = 8
+# How many calls away the callers of a function are followed to prove it runs with autograd off, and in how many of
+# the run's files a function's name may appear for its calls to be looked for (a common name is left unknown).
+MAX_CALLER_HOPS = 4
+MAX_MENTIONING = 40
+# The name under which a cached judgement records that it read the callers of the functions called `name`.
+CALLERS = "<callers>:"
 
 
 @dataclass(frozen=True)
@@ -217,28 +223,28 @@ class ModuleOutline:
         return self._functions[qualname]
 
     def _calls(self, code: bytes, owner: str | None) -> tuple[Ref, ...]:
-        local = {name for name in self.spans if "." not in name}
         found = []
         code = _STRINGS.sub(b"", code)
         for match in (*_CALL.finditer(code), *_PARTIAL.finditer(code)):
             text = match[1].decode("ascii", "replace")
-            if text in _NOT_CALLS:
-                continue
-            if text.startswith("super()."):
-                if owner is not None:
-                    found.append(Ref("super", owner, method=text.rpartition(".")[2]))
-                continue
-            head, _, rest = text.partition(".")
-            if head in ("self", "cls") and owner is not None and rest and "." not in rest:
-                found.append(Ref("class", owner, method=rest))
-                continue
-            ref = name_ref(text, self.names, local)
-            if ref is None and rest and "." not in rest and head in self.instances:
-                built = self.instances[head]  # Ex) model.val_start() where the module builds model = Wrapper(...)
-                ref = Ref(built.kind, built.name, built.level, rest)
+            ref = self.ref_of(text, owner) if text not in _NOT_CALLS else None
             if ref is not None:
                 found.append(ref)
         return tuple(dict.fromkeys(found))
+
+    def ref_of(self, text: str, owner: str | None) -> Ref | None:
+        """The reference a call of the dotted name `text` (`utils.evaluate`, `self.step`, `super().forward`) makes
+        from a function of the class `owner` (None: a plain function or the module's own code)."""
+        if text.startswith("super()."):
+            return Ref("super", owner, method=text.rpartition(".")[2]) if owner is not None else None
+        head, _, rest = text.partition(".")
+        if head in ("self", "cls"):
+            return Ref("class", owner, method=rest) if owner is not None and rest and "." not in rest else None
+        ref = name_ref(text, self.names, {name for name in self.spans if "." not in name})
+        if ref is None and rest and "." not in rest and head in self.instances:
+            built = self.instances[head]  # Ex) model.val_start() where the module builds model = Wrapper(...)
+            ref = Ref(built.kind, built.name, built.level, rest)
+        return ref
 
     @cached_property
     def instances(self) -> dict[str, Ref]:
@@ -462,6 +468,75 @@ def _self_calls_by_grad_mode(function: ast.FunctionDef | ast.AsyncFunctionDef) -
     return inside, outside
 
 
+@dataclass(frozen=True)
+class Mention:
+    """One place a module's code names a function: a call (`text` is the dotted callee, `off` whether it surely runs
+    with autograd off: inside a `no_grad`/`inference_mode` block or a function decorated so), or a plain reference
+    (`passed`: the function handed on, imported under another name, or named inside a nested function or lambda,
+    where who runs it, and how, is not read)."""
+
+    qualname: str  # the caller: `f`, `Class.method` or TOP_LEVEL; a class body's own code counts as TOP_LEVEL
+    owner: str | None
+    text: str = ""
+    off: bool = False
+    passed: bool = False
+
+
+def mentions(tree: ast.Module, name: str) -> list[Mention]:
+    """Every call and reference of `name` (as a bare name or an attribute) in the module `tree`; its own `def name`
+    and imports of it under its own name are neither."""
+    found: list[Mention] = []
+    pending: list[tuple[ast.AST, str, str | None, bool, bool]] = [
+        (node, TOP_LEVEL, None, False, False) for node in tree.body
+    ]
+    while pending:
+        node, qualname, owner, off, nested = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            decorated = any(_switches_grad_off(decorator) for decorator in node.decorator_list)
+            for decorator in node.decorator_list:
+                pending.append((decorator, qualname, owner, off, nested))
+            if qualname == TOP_LEVEL and not nested:
+                inner = f"{owner}.{node.name}" if owner is not None else node.name
+                pending.extend((child, inner, owner, decorated, False) for child in node.body)
+            else:  # a nested function runs where it is called, in a grad mode not read here
+                pending.extend((child, qualname, owner, off, True) for child in node.body)
+            continue
+        if isinstance(node, ast.ClassDef):
+            inside = node.name if qualname == TOP_LEVEL and owner is None and not nested else None
+            pending.extend(
+                (child, TOP_LEVEL if inside else qualname, inside, off, nested or inside is None) for child in node.body
+            )
+            continue
+        if isinstance(node, ast.Lambda):
+            pending.append((node.body, qualname, owner, off, True))
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(
+                (alias.name.rpartition(".")[2] == name) != ((alias.asname or alias.name) == name)
+                for alias in node.names
+            ):
+                found.append(Mention(qualname, owner, passed=True))  # imported under another name
+            continue
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            off = off or any(_switches_grad_off(item.context_expr) for item in node.items)
+        if isinstance(node, ast.Call) and _names(node.func, name):
+            text = _dotted(node.func) or ""
+            found.append(Mention(qualname, owner, text, off and not nested, passed=nested or not text))
+            pending.extend((child, qualname, owner, off, nested) for child in (*node.args, *node.keywords))
+            if isinstance(node.func, ast.Attribute):
+                pending.append((node.func.value, qualname, owner, off, nested))
+            continue
+        if _names(node, name):
+            found.append(Mention(qualname, owner, passed=True))
+        pending.extend((child, qualname, owner, off, nested) for child in ast.iter_child_nodes(node))
+    return found
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    """Whether `node` is the bare name `name` or an attribute `.name`."""
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+
 def _record_import(node: ast.stmt, names: dict[str, Ref], stars: list[Ref]) -> None:
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -525,9 +600,17 @@ class Outlines:
     can name what it depends on (`used`).
     """
 
-    def __init__(self, project: Project, overlay: Mapping[Path, bytes] | None = None) -> None:
+    def __init__(
+        self, project: Project, overlay: Mapping[Path, bytes] | None = None, members: Iterable[Path] = ()
+    ) -> None:
         self.project = project
         self.overlay = {path.resolve(): data for path, data in (overlay or {}).items()}
+        # The files of the run, where the callers of a function are looked for (`callers_without_grad`).
+        self.members = tuple(members)
+        self._member_data: list[tuple[Path, bytes]] | None = None
+        self._mentioning: dict[str, list[str] | None] = {}
+        self._mentions: dict[tuple[str, str], list[Mention] | None] = {}
+        self._sites: dict[tuple[str, str], list[tuple[str, str, bool]] | None] = {}
         self._sources: dict[str, tuple[Path, bytes] | None] = {}
         self._outlines: dict[str, ModuleOutline | None] = {}
         self._affects: dict[tuple[str, str], bool] = {}
@@ -681,14 +764,22 @@ class Outlines:
         found = {}
         for module in sorted(modules):
             source = self._sources.get(module)
-            if source is not None:
+            if module.startswith(CALLERS):
+                found[module] = ("", "")  # no file of its own: its interface says whether it changed
+            elif source is not None:
                 found[module] = (str(source[0]), content_hash(source[1]))
         return found
 
     def outline_interface(self, module: str) -> str:
         """The digest of what a judgement can read of `module` through its outline alone (`o:`, see
         `Program.interface`); a module that cannot be read has the empty one."""
-        if module not in self._interfaces:
+        if module not in self._interfaces and module.startswith(CALLERS):
+            recording, self._recording = self._recording, []
+            try:
+                self._interfaces[module] = f"o:{self.callers_interface(module.removeprefix(CALLERS))}"
+            finally:
+                self._recording = recording
+        elif module not in self._interfaces:
             found = self.read(module)
             self._interfaces[module] = f"o:{found.interface() if found is not None else ''}"
         return self._interfaces[module]
@@ -919,6 +1010,93 @@ class Outlines:
             bases = [self.class_of(base, owner) for base in outlined.classes[name].bases]
             pending[:0] = [base for base in bases if base is not None]
         return order
+
+    # Callers across the run's files.
+
+    def callers_without_grad(self, module: str, qualname: str) -> bool:
+        """Whether every call of the function `qualname` of `module` that the run's files make runs with autograd
+        off, and there is one: inside a `no_grad` block or a function decorated so, or in a function whose own
+        callers all run it so (up to `MAX_CALLER_HOPS` calls away). A reference that is not a call (a callback, a
+        partial, an import under another name), a call in a nested function or through an object that cannot be
+        resolved (`registry[k](...).tune()`), or a name in more than `MAX_MENTIONING` files leaves it unknown: no."""
+        return self._callers_off(module, qualname, ())
+
+    def _callers_off(self, module: str, qualname: str, path: tuple[tuple[str, str], ...]) -> bool:
+        sites = self.call_sites(module, qualname)
+        if not sites:
+            return False
+        for caller, caller_qualname, off in sites:
+            if off:
+                continue
+            if caller_qualname == TOP_LEVEL or len(path) + 1 >= MAX_CALLER_HOPS or (caller, caller_qualname) in path:
+                return False
+            if not self._callers_off(caller, caller_qualname, (*path, (module, qualname))):
+                return False
+        return True
+
+    def call_sites(self, module: str, qualname: str) -> list[tuple[str, str, bool]] | None:
+        """(caller module, caller qualname, whether autograd is surely off there) for every call of the function
+        `qualname` of `module` in the run's files; None when one of its mentions is not a call that resolves."""
+        key = (module, qualname)
+        name = qualname.rpartition(".")[2]
+        if self.members:
+            self.note([CALLERS + name])  # what a cached judgement depends on: every file that names it
+        if key not in self._sites:
+            self._sites[key] = self._call_sites(module, qualname, name)
+        return self._sites[key]
+
+    def _call_sites(self, module: str, qualname: str, name: str) -> list[tuple[str, str, bool]] | None:
+        if name.startswith("__") or module not in (self._mentioning_modules(name) or ()):
+            return None  # a dunder runs implicitly; a function outside the run's files is not looked for
+        sites = []
+        for member in self._mentioning_modules(name) or ():
+            outlined = self.outline(member)
+            found = self.mentions_of(member, name)
+            if outlined is None or found is None:
+                return None
+            for mention in found:
+                ref = outlined.ref_of(mention.text, mention.owner) if not mention.passed else None
+                target = self.resolve(ref, member) if ref is not None else None
+                if target is None:
+                    return None  # passed on, or a call of something unresolved that may be this function
+                if target == (module, qualname):
+                    sites.append((member, mention.qualname, mention.off))
+        return sites
+
+    def _mentioning_modules(self, name: str) -> list[str] | None:
+        """The modules of the run's files whose text holds `name`; None when there are too many, or one of them is
+        a file that its module name does not locate (two scripts `train.py` in different folders)."""
+        if name not in self._mentioning:
+            if self._member_data is None:
+                self._member_data = []
+                for path in self.members:
+                    try:
+                        self._member_data.append((path.resolve(), path.read_bytes()))
+                    except OSError:
+                        continue  # reported by the run itself
+            token = name.encode()
+            holding = [path for path, data in self._member_data if token in data]
+            modules = [self.project.add_file(path) for path in holding]
+            located = all(self.project.locate(module) == path for module, path in zip(modules, holding, strict=True))
+            self._mentioning[name] = modules if located and len(modules) <= MAX_MENTIONING else None
+        return self._mentioning[name]
+
+    def mentions_of(self, module: str, name: str) -> list[Mention] | None:
+        """`mentions` of `name` in the project module `module`; None when it cannot be read."""
+        key = (module, name)
+        if key not in self._mentions:
+            source = self.source(module)
+            tree = standard_tree(source[1]) if source is not None and len(source[1]) <= MAX_OUTLINE_BYTES else None
+            self._mentions[key] = mentions(tree, name) if tree is not None else None
+        return self._mentions[key]
+
+    def callers_interface(self, name: str) -> str:
+        """The digest of what `call_sites` read for a function called `name`: which files name it and how."""
+        modules = self._mentioning_modules(name)
+        data = [
+            (module, [astuple(mention) for mention in self.mentions_of(module, name) or ()]) for module in modules or ()
+        ]
+        return hashlib.sha256(repr((modules is None, data)).encode()).hexdigest()
 
     def affects(self, module: str, qualname: str) -> bool:
         """Whether the function may affect gradient state: its code shows it, or a project function it calls may.

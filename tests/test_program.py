@@ -1450,3 +1450,99 @@ def test_a_term_another_module_cuts_at_every_return_trains_nothing(tmp_path: Pat
         assert not term.requires_grad
     (model(x).mean() + cutting.either(aux(x).mean(), keep=True)).backward()
     assert aux.weight.grad is not None
+
+
+# 5. Callers in the other files of the run decide a function's grad mode
+
+EVALUATE = """\
+    import torch
+
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+        return correct
+"""
+CALLER = """\
+    import torch
+    from evaluation import evaluate
+
+    def report(model, loader):
+        with torch.no_grad():
+            return evaluate(model, loader)
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])  # worker processes learn the run's files once, when they start
+def test_a_helper_every_caller_runs_under_no_grad_elsewhere_records_nothing(tmp_path: Path, jobs: int) -> None:
+    write(tmp_path, {"evaluation.py": EVALUATE, "report.py": CALLER})
+    assert not [d for d in lint_paths([tmp_path], Config(), jobs=jobs) if d.code == "GL009"]
+    # Linted alone, its callers are not in the run: it is reported, as it always was.
+    alone = list(lint_paths([tmp_path / "evaluation.py"], Config(), jobs=1))
+    assert [(d.line, d.code) for d in alone] == [(7, "GL009")]
+
+
+def test_one_caller_with_grad_or_one_reference_leaves_the_helper_reported(tmp_path: Path) -> None:
+    unwrapped = CALLER.replace("        with torch.no_grad():\n            return", "        return")
+    passed = CALLER + "\nHOOKS = [evaluate]\n"
+    for caller in (unwrapped, passed):
+        write(tmp_path, {"evaluation.py": EVALUATE, "report.py": caller})
+        found = [(Path(d.path).name, d.line) for d in lint_paths([tmp_path], Config(), jobs=1) if d.code == "GL009"]
+        assert found == [("evaluation.py", 7)], caller
+
+
+def test_a_cached_result_follows_its_callers_in_other_files(tmp_path: Path) -> None:
+    write(tmp_path, {"evaluation.py": EVALUATE, "report.py": CALLER})
+    cache = tmp_path / ".gradlint_cache"
+
+    def run() -> set[tuple[str, int]]:
+        found = lint_paths([tmp_path], Config(), jobs=1, cache=cache)
+        return {(Path(d.path).name, d.line) for d in found if d.code == "GL009"}
+
+    assert run() == set()
+    assert run() == set()  # warm
+    # A new file that calls it with autograd on: evaluation.py did not change, its entry named its callers.
+    (tmp_path / "script.py").write_text("from evaluation import evaluate\n\nevaluate(None, [])\n")
+    assert run() == {("evaluation.py", 7)}
+    (tmp_path / "script.py").unlink()
+    assert run() == set()
+    # An edit inside the caller's body that takes the call out of the no_grad block.
+    report = tmp_path / "report.py"
+    report.write_text(report.read_text().replace("    with torch.no_grad():\n        return", "    return"))
+    assert run() == {("evaluation.py", 7)}
+
+
+def test_mentions_tell_calls_by_grad_mode_from_references() -> None:
+    import ast
+
+    from gradlint.index import TOP_LEVEL, Mention, mentions
+
+    code = textwrap.dedent(
+        """\
+        import torch
+        from utils import evaluate
+        from utils import evaluate as ev
+
+        class Loop:
+            @torch.no_grad()
+            def check(self):
+                evaluate(1)
+
+            def run(self):
+                with torch.no_grad():
+                    self.evaluate(2)
+                evaluate(3)
+                hooks = [evaluate]
+                return lambda: evaluate(4)
+        """
+    )
+    found = set(mentions(ast.parse(code), "evaluate"))
+    assert found == {
+        Mention(TOP_LEVEL, None, passed=True),  # imported as `ev`
+        Mention("Loop.check", "Loop", "evaluate", off=True),
+        Mention("Loop.run", "Loop", "self.evaluate", off=True),
+        Mention("Loop.run", "Loop", "evaluate"),
+        Mention("Loop.run", "Loop", passed=True),  # handed on in a list
+        Mention("Loop.run", "Loop", "evaluate", passed=True),  # in a lambda: run when it is called
+    }

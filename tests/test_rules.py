@@ -68,7 +68,8 @@ def test_project_fixture_findings_match_markers_exactly(folder: Path) -> None:
 
 
 def test_project_fixtures_need_the_whole_program() -> None:
-    """Each project fixture has findings that only calls across its modules explain."""
+    """Each project fixture has findings that only calls across its modules explain (found, or proven wrong: an
+    evaluation helper that every caller in another module runs under no_grad)."""
     for folder in project_fixtures():
         alone = {
             (path, d.line, d.code)
@@ -76,7 +77,7 @@ def test_project_fixtures_need_the_whole_program() -> None:
             for d in lint_source(path.read_text(), str(path), Config())
         }
         whole = {(Path(d.path), d.line, d.code) for d in lint_paths([folder], Config(), jobs=1)}
-        assert alone < whole, folder
+        assert alone != whole, folder
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.code)

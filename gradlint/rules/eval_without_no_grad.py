@@ -84,8 +84,15 @@ class EvalWithoutNoGrad(Rule):
     its name. `torch.set_grad_enabled(False)` written as a
     statement turns grad off for the rest of its block.
 
+    A function that nothing in its module calls runs in the grad mode of its callers in the
+    other files of the run: an `evaluate(model, loader)` that every caller runs inside `with
+    torch.no_grad():` (or in a function decorated so, or whose own callers all do) is not
+    reported.
+
     Known problems
-    A `no_grad` context entered by a caller in another module is not seen. A flag is
+    A `no_grad` context entered by a caller outside the files of the run (a file linted
+    alone, in an editor, or by flake8) is not seen, nor one entered around a call through an
+    object that cannot be resolved (`registry[name](...).tune()`). A flag is
     followed only when it is a parameter of the function tested directly
     (`if is_train`, `if not is_train`, `if mode == "val"`), not through a local copy or
     into a helper that receives it.

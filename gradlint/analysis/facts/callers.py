@@ -108,9 +108,28 @@ class CallerGradMode:
         else:
             result = (
                 function in self.collected.owners and function.name.value in UNSEEN_CALLER_NO_GRAD_METHODS
-            ) or self.hierarchy_without_grad(function)
+            ) or self.unseen_callers_without_grad(function)
         self._without_grad[function] = result
         return result
+
+    def unseen_callers_without_grad(self, function: cst.FunctionDef) -> bool:
+        """Whether `function`, which nothing in its module calls, is called only with autograd off where it is
+        called: by its class's hierarchy (`hierarchy_without_grad`), or by the other files of the run (an
+        `evaluate` that the training script of another module runs inside `with torch.no_grad():`)."""
+        if self.hierarchy_without_grad(function):
+            return True
+        program = self.events.program
+        qualname = self.qualname(function)
+        return program is not None and qualname is not None and program.callers_without_grad(qualname)
+
+    def qualname(self, function: cst.FunctionDef) -> str | None:
+        """`f` or `Class.method` for a function of the module's top level or a method of one of its classes; None
+        for a nested one."""
+        owner = self.collected.owners.get(function)
+        outer = owner if owner is not None else function
+        if self.collected.contexts[outer].scope is not self.collected.module:
+            return None
+        return f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value
 
     def hierarchy_without_grad(self, function: cst.FunctionDef) -> bool:
         """Whether `function`, a method, is called by its class or the project classes it derives from (in other

@@ -34,7 +34,7 @@ from gradlint.analysis.project.summaries import CALL, Effect, FunctionSummary, M
 from gradlint.analysis.syntax.collect import Collected, Context
 from gradlint.analysis.syntax.names import ImportMap, dotted_name
 from gradlint.analysis.syntax.refs import MAX_PORT_PARTS, OFF_FALSE, OFF_NONE, call_ref, name_ref
-from gradlint.index import Outlines, Ref
+from gradlint.index import CALLERS, Outlines, Ref
 
 V = TypeVar("V")
 # Between the alternatives of a port that a wrapper spreads: `args[1]|kwargs[opt]`.
@@ -139,7 +139,7 @@ class Program:
 
     def interface_now(self, module: str, recorded: str) -> str | None:
         """The interface `module` has now, of the kind `recorded` is (the one a cached entry holds)."""
-        if self.outlines.read(module) is None:
+        if not module.startswith(CALLERS) and self.outlines.read(module) is None:
             return None
         return self.interface(module, summarized=recorded.startswith("s:"))
 
@@ -450,6 +450,11 @@ class ModuleProgram:
         """Whether every call of `self.<method>` that the class `cls` of this module and its project base classes make
         runs with autograd off, and there is one (`gradlint.index.Outlines.hierarchy_without_grad`)."""
         return self.program.outlines.hierarchy_without_grad(self.module, cls, method) is True
+
+    def callers_without_grad(self, qualname: str) -> bool:
+        """Whether every call the run's files make of this module's function `qualname` (`f`, `Class.method`) runs
+        with autograd off, and there is one (`gradlint.index.Outlines.callers_without_grad`)."""
+        return self.program.outlines.callers_without_grad(self.module, qualname)
 
     def runs_without_grad(self, dotted: str, method: str, imports: ImportMap) -> bool:
         """Whether `method` of the project class `dotted` names (through `imports`, or this module's own) runs with

@@ -727,7 +727,7 @@ class Evaluation:
         function = context.function
         sites = self.callers.call_sites(function) if function is not None else []
         if not sites:
-            return function is None or not self.callers.hierarchy_without_grad(function)
+            return function is None or not self.callers.unseen_callers_without_grad(function)
         return depth > MAX_CALLER_DEPTH or any(self._records(site, depth + 1) for site in sites)
 
 
