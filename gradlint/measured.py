@@ -49,8 +49,9 @@ DRAWS = (
     "draw 12 of 2026-12-07: 32 libraries, 0.86 million lines, gradlint ac6ea37",
     "draw 13 of 2026-12-07: 48 libraries, 1.12 million lines, gradlint 3260568",
     "draw 14 of 2026-12-07: 22 libraries, 0.70 million lines, gradlint 9e22e30",
+    "draw 15 of 2026-12-07: 39 libraries, 1.13 million lines, gradlint ffdf156",
 )
-LINES = "19.85 million"
+LINES = "20.98 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -71,6 +72,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(5, 5),
+        Measured(24, 23),
     ),
     "GL002": (
         Measured(3, 0),
@@ -87,8 +89,25 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 1),
         Measured(1, 0),
+        Measured(6, 1),
     ),
-    "GL003": (NONE, NONE, NONE, Measured(1, 0), NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE),
+    "GL003": (
+        NONE,
+        NONE,
+        NONE,
+        Measured(1, 0),
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        Measured(1, 0),
+    ),
     "GL004": (
         Measured(2, 0),
         Measured(9, 0),
@@ -104,6 +123,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(5, 5),
         Measured(1, 0),
         Measured(2, 2),
+        Measured(6, 2),
     ),
     "GL005": (
         Measured(1, 0),
@@ -120,6 +140,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(3, 1),
         NONE,
+        Measured(5, 1),
     ),
     "GL006": (
         NONE,
@@ -134,6 +155,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(2, 0),
+        NONE,
         NONE,
         NONE,
     ),
@@ -152,6 +174,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(10, 10),
+        Measured(1, 0),
     ),
     "GL008": (
         Measured(5, 0),
@@ -168,6 +191,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(4, 0),
     ),
     "GL009": (
         Measured(6, 0),
@@ -184,7 +208,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(5, 1),
         Measured(8, 8),
+        Measured(31, 25),
     ),
+    "GL010": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(3, 3)),
     "GL011": (
         Measured(1, 0),
         NONE,
@@ -200,6 +226,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 0),
         NONE,
         NONE,
+        NONE,
     ),
     "GL013": (
         NONE,
@@ -209,6 +236,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(2, 1),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -232,6 +260,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(1, 0),
     ),
     "GL016": (
         Measured(1, 0),
@@ -248,6 +277,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         NONE,
+        Measured(10, 6),
     ),
     "GL017": (
         Measured(2, 0),
@@ -264,6 +294,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         Measured(1, 0),
+        Measured(7, 0),
     ),
     "GL018": (
         Measured(2, 0),
@@ -280,6 +311,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         NONE,
+        Measured(4, 1),
     ),
     "GL019": (
         Measured(3, 0),
@@ -296,7 +328,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         NONE,
+        Measured(4, 0),
     ),
+    "GL020": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(4, 0)),
     "GL022": (
         Measured(2, 1),
         NONE,
@@ -312,6 +346,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(1, 0),
     ),
 }
 

@@ -175,8 +175,10 @@ def test_the_precision_the_rules_document_is_what_the_judged_draws_measured() ->
     # back; draw 10 sent GL001 back (5 of 7 over draws 8 to 10); draw 11 sends GL007 back (3 of 6 over draws 10
     # and 11); draw 12 takes GL004 out (5 of 5): it is the one rule that has fired on fresh code and is on, and
     # draw 13's one wrong GL004 finding leaves it on (5 of 6); draw 14 takes GL001 (5 of 5), GL007 (10 of 10) and
-    # GL009 (8 of 8) out, each on the findings of that one draw.
-    assert {"GL002", "GL005", "GL016", "GL017"} <= preview
-    assert preview == set(findings) - {"GL001", "GL004", "GL007", "GL009"}
-    assert newest("GL001") == (Measured(5, 5), 1)
+    # GL009 (8 of 8) out, each on the findings of that one draw; draw 15, the first to measure them on by default,
+    # keeps them (23 of 24, 10 of 11 over draws 14 and 15, 25 of 31) and GL010 (3 of 3, its first findings) on, and
+    # sends GL004 (2 of 6) and GL020 (0 of 4, its first findings) to preview.
+    assert {"GL002", "GL005", "GL016", "GL017", "GL004", "GL020"} <= preview
+    assert preview == set(findings) - {"GL001", "GL007", "GL009", "GL010"}
+    assert newest("GL001") == (Measured(24, 23), 1)
     assert total("GL009").right * 5 < total("GL009").findings * 4  # over all the draws it is still under 0.8
