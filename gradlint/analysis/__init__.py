@@ -314,7 +314,7 @@ class ModuleAnalysis:
     @cached_property
     def evaluation(self) -> Evaluation:
         """Evaluation code: model calls in eval regions that run with autograd recording."""
-        return Evaluation(self.collected, self.roles, self.events, self.values, self.callers)
+        return Evaluation(self.collected, self.roles, self.events, self.values, self.callers, self.lineage)
 
     @cached_property
     def modes(self) -> ModeSwitches:

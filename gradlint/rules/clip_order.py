@@ -56,7 +56,9 @@ class ClipOrder(Rule):
     (`loss.backward(); clip_grad_norm_(...); if (i + 1) % k == 0: optimizer.step()`) clips
     a partial sum each time, and the later micro-batches add their gradients unclipped:
     the update is not clipped to the norm asked for. It is reported at the clip; move it
-    into the `if`, before the step.
+    into the `if`, before the step. Where a clear runs on every pass (`model.zero_grad()` at
+    the top of each batch), nothing is summed over the window and the clip bounds exactly
+    the gradient the next step applies: not reported.
 
     With PyTorch Lightning's automatic optimization, Lightning backpropagates the loss
     `training_step` returns after it returns: a clip inside `training_step` runs before
@@ -173,7 +175,7 @@ class ClipOrder(Rule):
             previous = _first(reversed(before), ORDER)
             following = _first(after, ORDER) or (_first(before, ORDER) if cyclic else None)
             if following is not None and following.kind is Kind.STEP:
-                if not self._check_window(clip, previous, following):
+                if not self._check_window(clip, previous, following, step.events):
                     self._check_unscaled(step, clip, before, after if cyclic else ())
             elif previous is not None and previous.kind is Kind.STEP and not _cleared_since(before, previous):
                 step_call = self.analysis.code(previous.site)
@@ -190,13 +192,13 @@ class ClipOrder(Rule):
                     related=[(following.site, "the gradients are computed only here")],
                 )
 
-    def _check_window(self, clip: Event, previous: Event | None, step: Event) -> bool:
+    def _check_window(self, clip: Event, previous: Event | None, step: Event, events: tuple[Event, ...]) -> bool:
         """Report a clip that runs on every micro-batch of an accumulation whose step runs once every k of them.
 
         Ex) loss.backward(); clip_grad_norm_(params, 1.0); if (i + 1) % k == 0: optimizer.step()
         """
         accumulations = self.analysis.accumulations
-        window = accumulations.window(step)
+        window = accumulations.summed_window(events, step)
         if window is None or previous is None or previous.kind is not Kind.BACKWARD:
             return False
         if accumulations.decides(window, clip) or accumulations.decides(window, previous):

@@ -79,7 +79,8 @@ class EvalWithoutNoGrad(Rule):
     ...`).
 
     A method of a model proven one (not only named one), handed what the loop iterates
-    (`model.encode(batch)`), is a forward too, and a model is known by what the code does
+    (`model.encode(batch)`), is a forward too, unless the code throws its result away (a
+    command that changes the model: `model.set_embeddings(name, weights)`); a model is known by what the code does
     with it (`trainedModel.to(device)`, `trainedModel.eval()`, `trainedModel(x)`) whatever
     its name. `torch.set_grad_enabled(False)` written as a
     statement turns grad off for the rest of its block.

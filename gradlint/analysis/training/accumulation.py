@@ -105,15 +105,12 @@ class Accumulations:
             factor = self._holds_every_k(guard.test, guard, step.loops, 0, skipped, step.site)
             if factor is None:
                 continue
-            if skipped:  # the loop the `continue` goes on with
-                loop: Loop | None = self.collected.contexts[guard].loops[-1]
-            else:
-                loop = next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
+            loop = self._window_loop(guard, skipped, step)
             if loop is None and not isinstance(self.collected.contexts[guard].scope, cst.FunctionDef):
                 return
             # No loop: a function run once per batch by its caller (Lightning's `training_step(batch, batch_idx)`).
             inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
-            if any(e.kind is Kind.CLEAR and not self.decides(guard, e) for e in inside):
+            if self._cleared_each_pass(guard, inside):
                 return  # a clear on every micro-batch: GL002 owns it
             if any(e.kind is Kind.STEP and not self._accumulation_guards(e) for e in inside):
                 return  # something steps every iteration: not accumulation
@@ -121,6 +118,29 @@ class Accumulations:
             for backward in backwards:
                 yield Accumulation(backward, step, factor, loop=loop)
             return
+
+    def _window_loop(self, guard: cst.If, skipped: bool, step: Event) -> Loop | None:
+        """The loop whose passes an accumulation window `guard` (around `step`, or `continue`ing before it) counts."""
+        if skipped:  # the loop the `continue` goes on with
+            return self.collected.contexts[guard].loops[-1]
+        return next((lp for lp in reversed(step.loops) if guard not in self.collected.contexts[lp].ifs), None)
+
+    def _cleared_each_pass(self, guard: cst.If, inside: list[Event]) -> bool:
+        """Whether a clear among the window's events runs on every pass, whatever `guard` says: then no gradient
+        is summed over passes, whatever the step waits for."""
+        return any(event.kind is Kind.CLEAR and not self.decides(guard, event) for event in inside)
+
+    def summed_window(self, events: tuple[Event, ...], step: Event) -> cst.If | None:
+        """`window(step)`, when the gradients of its passes are summed: no clear among `events` runs on every pass
+        (`model.zero_grad()` at the top of each iteration leaves each step one micro-batch's gradient, however
+        rarely it steps)."""
+        window = self.window(step)
+        if window is None:
+            return None
+        skipped = not any(guard is window for guard in step.ifs)
+        loop = self._window_loop(window, skipped, step)
+        inside = [event for event in events if (loop in event.loops if loop is not None else not event.loops)]
+        return None if self._cleared_each_pass(window, inside) else window
 
     def _guards(self, event: Event) -> Iterator[tuple[cst.If, bool]]:
         """The `if` statements that decide whether `event` runs, each with whether it runs when the test fails:

@@ -46,6 +46,7 @@ from gradlint.analysis.facts.callers import CallerGradMode
 from gradlint.analysis.facts.forwards import ForwardCalls
 from gradlint.analysis.facts.frameworks import backpropagated_returns
 from gradlint.analysis.facts.leaves import parameter_names
+from gradlint.analysis.facts.lineage import Lineages
 from gradlint.analysis.facts.origins import Binding
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import EventIndex, Given, Kind, runs_when_off, switched_off_at
@@ -113,12 +114,14 @@ class Evaluation:
         events: EventIndex,
         values: GradValues,
         callers: CallerGradMode,
+        lineage: Lineages,
     ) -> None:
         self.collected = collected
         self.roles = roles
         self.events = events
         self.values = values
         self.callers = callers
+        self.lineage = lineage
         self.forwards = ForwardCalls(collected, roles, events)
         self._exits: dict[Region, list[int]] = {}
         self._receivers: dict[Scope, frozenset[int]] = {}
@@ -528,7 +531,17 @@ class Evaluation:
             return False  # a module's own methods (forward over its layers) are not evaluation code
         if self.events.scope_events(function) or self._handles_optimizer(function):
             return False
-        return not self.values.returns_grad(function)[0]
+        return not self.values.returns_grad(function)[0] and not self._returns_outputs(function)
+
+    def _returns_outputs(self, function: cst.FunctionDef) -> bool:
+        """Whether a value `function` returns holds a model output along a path with a gradient, whatever wraps it
+        on the way (`return Batch(reference=torch.stack(refs))`): a caller may backpropagate it (a solver's
+        `_inference` that the base class's training step runs), so the function is not proven evaluation code."""
+        return any(
+            self.lineage.of(statement.value, statement).known_live
+            for statement in self.collected.statements_in_scope(function)
+            if isinstance(statement, cst.Return) and statement.value is not None
+        )
 
     def _handles_optimizer(self, function: cst.FunctionDef) -> bool:
         # Ex) def run(model, loader, optimizer): ... backprop(loss, optimizer) in another module
@@ -617,9 +630,14 @@ class Evaluation:
         """A method of a model that is no part of torch's module API, handed what the loop iterates
         (`model.encode(batch)`, `model.sample(x.to(device))`): it computes with the model's weights. The model
         must be proven one (built, optimized, or used as one), not named one; a method handed something else
-        (a path, a count, a flag derived from the batch, outputs already computed) proves nothing."""
+        (a path, a count, a flag derived from the batch, outputs already computed) proves nothing, and so does one
+        whose result the code throws away: a command that changes the model (`model.set_embeddings(entity,
+        weights)`, `model.clear_cache(key)`), not a computation."""
         func = call.func
         if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_API:
+            return False
+        statement = self.collected.statement_of.get(call)
+        if isinstance(statement, cst.Expr) and statement.value is call:
             return False
         key = dotted_name(func.value)
         roles = self.roles
