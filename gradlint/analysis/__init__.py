@@ -283,7 +283,14 @@ class ModuleAnalysis:
         """What values were computed from, whether they require grad, what backward saved."""
         saved = partial(self.program.saves_output, imports=self.imports) if self.program is not None else None
         return Graphs(
-            self.collected, self.roles, self.values, self.leaves, self.origins, self.callers.call_sites, saved
+            self.collected,
+            self.roles,
+            self.values,
+            self.leaves,
+            self.origins,
+            self.callers.call_sites,
+            saved,
+            self.dtypes,
         )
 
     def own_events(self, kind: Kind) -> list[Event]:

@@ -75,7 +75,8 @@ class InplaceOnGradTensor(Rule):
 
     Use the out-of-place form (`y = y + 1`, `h = h.mul(2)`), or change leaves under
     `torch.no_grad()`. Changes inside `no_grad`, through `.data`, on tensors that
-    never required grad (data batches, masks, buffers, metrics), and on fresh results
+    never required grad (data batches, masks, buffers, metrics, and integer or bool tensors
+    whatever they were computed from: `pixels = points.to(torch.int32)`), and on fresh results
     nothing saved (`h = lin(x); h.relu_()`, an in-place ReLU after a convolution or a
     batch norm, as in every ResNet block) are fine and not reported, as is a loss
     computed again after the step, or through `.detach()`ed outputs only. Manual

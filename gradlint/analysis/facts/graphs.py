@@ -21,6 +21,7 @@ from itertools import pairwise
 
 import libcst as cst
 
+from gradlint.analysis.facts.dtypes import DtypeKind, TensorDtypes
 from gradlint.analysis.facts.leaves import Leaves, is_container, is_leaf_value, parameter_names
 from gradlint.analysis.facts.mutations import inplace_layer
 from gradlint.analysis.facts.origins import OUTSIDE, Binding, Definition, Origins
@@ -96,8 +97,10 @@ class Graphs:
         origins: Origins,
         call_sites: Callable[[cst.FunctionDef], list[cst.Call]] = lambda function: [],
         saved_elsewhere: Callable[[str], bool] | None = None,
+        dtypes: TensorDtypes | None = None,
     ) -> None:
         self.collected = collected
+        self.dtypes = dtypes  # an integer or bool tensor never requires grad, whatever it was computed from
         # Whether the project class of another module a dotted name refers to returns a saved output from its
         # forward (`ModuleProgram.saves_output`); None without the whole program.
         self.saved_elsewhere = saved_elsewhere
@@ -126,6 +129,8 @@ class Graphs:
         """True when `expression`, just before statement `at`, is a tensor that autograd tracks."""
         if self.collected.contexts[at].no_grad or self._depth > MAX_DEPTH:
             return False
+        if self.dtypes is not None and self.dtypes.dtype_of(expression, at) is DtypeKind.INTEGRAL:
+            return False  # Ex) xy = xy.to(torch.int32): integer coordinates, whatever they were computed from
         if self.values.is_grad(expression, at):
             return True
         self._depth += 1

@@ -110,9 +110,12 @@ class LeafCopies:
         return found
 
     def _kept_on_a_module(self, statement: cst.CSTNode) -> cst.Assign | None:
-        """`statement` when it sets an attribute of `self` in a method of a class proven an nn.Module."""
+        """`statement` when it sets an attribute of `self` in a method of a class proven an nn.Module. An assignment
+        to a tensor's `.data` (`self.emb.weight.data = ...`) binds nothing: it swaps the storage of the Parameter
+        already registered there, which stays the leaf."""
         if not isinstance(statement, cst.Assign) or not any(
-            (dotted_name(target.target) or "").startswith("self.") for target in statement.targets
+            (key := dotted_name(target.target) or "").startswith("self.") and not key.endswith(".data")
+            for target in statement.targets
         ):
             return None
         owner = self.collected.contexts[statement].class_def
