@@ -1091,11 +1091,11 @@ class Outlines:
         return self._mentions[key]
 
     def callers_interface(self, name: str) -> str:
-        """The digest of what `call_sites` read for a function called `name`: which files name it and how."""
+        """The digest of what `call_sites` read for a function called `name`: which files name it, and their
+        content (a hash, so that a warm run checks it without parsing them)."""
         modules = self._mentioning_modules(name)
-        data = [
-            (module, [astuple(mention) for mention in self.mentions_of(module, name) or ()]) for module in modules or ()
-        ]
+        contents = {str(path): data for path, data in self._member_data or ()}
+        data = [(module, content_hash(contents.get(str(self.project.locate(module)), b""))) for module in modules or ()]
         return hashlib.sha256(repr((modules is None, data)).encode()).hexdigest()
 
     def affects(self, module: str, qualname: str) -> bool:
