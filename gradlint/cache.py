@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gradlint.config import Config
+from gradlint.index import MEMBERS
 from gradlint.project import content_hash
 from gradlint.pytest_layout import layout_for
 from gradlint.rule import Diagnostic, Edit, Fix, Related, Rule, is_builtin
@@ -114,11 +115,20 @@ class ResultCache:
     (their outlines or summaries); it is reused only while each of them is unchanged.
     """
 
-    def __init__(self, directory: Path, config: Config, interface: Interface | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: Config,
+        interface: Interface | None = None,
+        members: Callable[[], str] | None = None,
+    ) -> None:
         self.directory = directory
         self.summaries = SummaryStore(directory)
         self._salt = f"{fingerprint()}\0{config!r}\0".encode()
         self._interface = interface
+        # The digest of the run's files (`Outlines.members_digest`): what the callers a judgement read depend on,
+        # asked for only when an entry names them.
+        self._members = members
         self._interfaces: dict[tuple[str, str], str | None] = {}
 
     def key(self, path: str, data: bytes) -> str:
@@ -150,7 +160,10 @@ class ResultCache:
         return found if all(self._unchanged(module, *use) for module, use in uses.items()) else None
 
     def _unchanged(self, module: str, path: str, digest: str, interface: str) -> bool:
-        if _unchanged(path, digest):
+        if path == MEMBERS:
+            if self._members is not None and self._members() == digest:
+                return True  # no file of the run changed, so no caller did
+        elif _unchanged(path, digest):
             return True
         if self._interface is None:
             return False

@@ -310,7 +310,7 @@ def lint_targets(
         # Only for a used module that changed; a summary needs LibCST, loaded here if at all.
         return _program(whole).interface_now(module, recorded)
 
-    store = ResultCache(cache, config, interface) if cache is not None else None
+    store = ResultCache(cache, config, interface, outlines.members_digest) if cache is not None else None
     results: list[list[Diagnostic]] = []
     misses: list[tuple[int, Path, bytes, str | None]] = []
     for item in targets.files:

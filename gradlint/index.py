@@ -54,8 +54,10 @@ MAX_REEXPORTS = 8
 # the run's files a function's name may appear for its calls to be looked for (a common name is left unknown).
 MAX_CALLER_HOPS = 4
 MAX_MENTIONING = 40
-# The name under which a cached judgement records that it read the callers of the functions called `name`.
+# The name under which a cached judgement records that it read the callers of the functions called `name`, and the
+# path it gives for them: the run's files as a whole (`Outlines.members_digest`).
 CALLERS = "<callers>:"
+MEMBERS = "<the run's files>"
 
 
 @dataclass(frozen=True)
@@ -608,6 +610,7 @@ class Outlines:
         # The files of the run, where the callers of a function are looked for (`callers_without_grad`).
         self.members = tuple(members)
         self._member_data: list[tuple[Path, bytes]] | None = None
+        self._members_digest: str | None = None
         self._mentioning: dict[str, list[str] | None] = {}
         self._mentions: dict[tuple[str, str], list[Mention] | None] = {}
         self._sites: dict[tuple[str, str], list[tuple[str, str, bool]] | None] = {}
@@ -765,7 +768,7 @@ class Outlines:
         for module in sorted(modules):
             source = self._sources.get(module)
             if module.startswith(CALLERS):
-                found[module] = ("", "")  # no file of its own: its interface says whether it changed
+                found[module] = (MEMBERS, self.members_digest())  # unchanged while no file of the run is
             elif source is not None:
                 found[module] = (str(source[0]), content_hash(source[1]))
         return found
@@ -1063,19 +1066,29 @@ class Outlines:
                     sites.append((member, mention.qualname, mention.off))
         return sites
 
+    def members_digest(self) -> str:
+        """A digest of the run's files and their content: while it holds, so do the callers read from them."""
+        if self._members_digest is None:
+            files = sorted((str(path), content_hash(data)) for path, data in self._members_read())
+            self._members_digest = hashlib.sha256(repr(files).encode()).hexdigest()
+        return self._members_digest
+
+    def _members_read(self) -> list[tuple[Path, bytes]]:
+        if self._member_data is None:
+            self._member_data = []
+            for path in self.members:
+                try:
+                    self._member_data.append((path.resolve(), path.read_bytes()))
+                except OSError:
+                    continue  # reported by the run itself
+        return self._member_data
+
     def _mentioning_modules(self, name: str) -> list[str] | None:
         """The modules of the run's files whose text holds `name`; None when there are too many, or one of them is
         a file that its module name does not locate (two scripts `train.py` in different folders)."""
         if name not in self._mentioning:
-            if self._member_data is None:
-                self._member_data = []
-                for path in self.members:
-                    try:
-                        self._member_data.append((path.resolve(), path.read_bytes()))
-                    except OSError:
-                        continue  # reported by the run itself
             token = name.encode()
-            holding = [path for path, data in self._member_data if token in data]
+            holding = [path for path, data in self._members_read() if token in data]
             modules = [self.project.add_file(path) for path in holding]
             located = all(self.project.locate(module) == path for module, path in zip(modules, holding, strict=True))
             self._mentioning[name] = modules if located and len(modules) <= MAX_MENTIONING else None
@@ -1094,7 +1107,7 @@ class Outlines:
         """The digest of what `call_sites` read for a function called `name`: which files name it, and their
         content (a hash, so that a warm run checks it without parsing them)."""
         modules = self._mentioning_modules(name)
-        contents = {str(path): data for path, data in self._member_data or ()}
+        contents = {str(path): data for path, data in self._members_read()}
         data = [(module, content_hash(contents.get(str(self.project.locate(module)), b""))) for module in modules or ()]
         return hashlib.sha256(repr((modules is None, data)).encode()).hexdigest()
 
