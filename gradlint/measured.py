@@ -50,8 +50,9 @@ DRAWS = (
     "draw 13 of 2026-12-07: 48 libraries, 1.12 million lines, gradlint 3260568",
     "draw 14 of 2026-12-07: 22 libraries, 0.70 million lines, gradlint 9e22e30",
     "draw 15 of 2026-12-07: 39 libraries, 1.13 million lines, gradlint ffdf156",
+    "draw 16 of 2026-12-07: 43 libraries, 0.92 million lines, gradlint c8c85c3",
 )
-LINES = "20.98 million"
+LINES = "21.90 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -73,6 +74,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(5, 5),
         Measured(24, 23),
+        Measured(1, 1),
     ),
     "GL002": (
         Measured(3, 0),
@@ -90,6 +92,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 1),
         Measured(1, 0),
         Measured(6, 1),
+        Measured(5, 3),
     ),
     "GL003": (
         NONE,
@@ -107,6 +110,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
     ),
     "GL004": (
         Measured(2, 0),
@@ -124,6 +128,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(2, 2),
         Measured(6, 2),
+        Measured(9, 0),
     ),
     "GL005": (
         Measured(1, 0),
@@ -141,6 +146,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 1),
         NONE,
         Measured(5, 1),
+        Measured(1, 1),
     ),
     "GL006": (
         NONE,
@@ -155,6 +161,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(2, 0),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -175,6 +182,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(10, 10),
         Measured(1, 0),
+        Measured(1, 1),
     ),
     "GL008": (
         Measured(5, 0),
@@ -192,6 +200,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(4, 0),
+        Measured(3, 0),
     ),
     "GL009": (
         Measured(6, 0),
@@ -209,8 +218,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(5, 1),
         Measured(8, 8),
         Measured(31, 25),
+        Measured(20, 12),
     ),
-    "GL010": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(3, 3)),
+    "GL010": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(3, 3), NONE),
     "GL011": (
         Measured(1, 0),
         NONE,
@@ -227,6 +237,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        NONE,
     ),
     "GL013": (
         NONE,
@@ -236,6 +247,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(2, 1),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -261,6 +273,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
     ),
     "GL016": (
         Measured(1, 0),
@@ -278,6 +291,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(10, 6),
+        Measured(3, 3),
     ),
     "GL017": (
         Measured(2, 0),
@@ -295,6 +309,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 0),
         Measured(7, 0),
+        Measured(2, 2),
     ),
     "GL018": (
         Measured(2, 0),
@@ -312,6 +327,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(4, 1),
+        Measured(1, 1),
     ),
     "GL019": (
         Measured(3, 0),
@@ -329,8 +345,9 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(4, 0),
+        NONE,
     ),
-    "GL020": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(4, 0)),
+    "GL020": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(4, 0), NONE),
     "GL022": (
         Measured(2, 1),
         NONE,
@@ -347,6 +364,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
     ),
 }
 
