@@ -534,6 +534,16 @@ def mentions(tree: ast.Module, name: str) -> list[Mention]:
     return found
 
 
+def _other_than_function(text: str, outlined: ModuleOutline) -> bool:
+    """Whether a call of `text` in the module `outlined` cannot run a function of another module's top level: a
+    method of an object that is no imported module (`model.eval()`, `self.evaluate()`), or a bare name that the
+    module neither imports nor defines and no star import may bind (a builtin: `eval(source)`)."""
+    head, _, rest = text.partition(".")
+    if head in outlined.names:
+        return False
+    return bool(rest) or (not outlined.defines(head) and not outlined.stars)
+
+
 def _names(node: ast.AST, name: str) -> bool:
     """Whether `node` is the bare name `name` or an attribute `.name`."""
     return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
@@ -611,7 +621,7 @@ class Outlines:
         self.members = tuple(members)
         self._member_data: list[tuple[Path, bytes]] | None = None
         self._members_digest: str | None = None
-        self._mentioning: dict[str, list[str] | None] = {}
+        self._mentioning: dict[tuple[str, str], list[str] | None] = {}
         self._mentions: dict[tuple[str, str], list[Mention] | None] = {}
         self._sites: dict[tuple[str, str], list[tuple[str, str, bool]] | None] = {}
         self._sources: dict[str, tuple[Path, bytes] | None] = {}
@@ -1041,23 +1051,26 @@ class Outlines:
         """(caller module, caller qualname, whether autograd is surely off there) for every call of the function
         `qualname` of `module` in the run's files; None when one of its mentions is not a call that resolves."""
         key = (module, qualname)
-        name = qualname.rpartition(".")[2]
         if self.members:
-            self.note([CALLERS + name])  # what a cached judgement depends on: every file that names it
+            self.note([f"{CALLERS}{module}:{qualname}"])  # what a cached judgement depends on: the files naming it
         if key not in self._sites:
-            self._sites[key] = self._call_sites(module, qualname, name)
+            self._sites[key] = self._call_sites(module, qualname)
         return self._sites[key]
 
-    def _call_sites(self, module: str, qualname: str, name: str) -> list[tuple[str, str, bool]] | None:
-        if name.startswith("__") or module not in (self._mentioning_modules(name) or ()):
+    def _call_sites(self, module: str, qualname: str) -> list[tuple[str, str, bool]] | None:
+        name = qualname.rpartition(".")[2]
+        candidates = self._mentioning_modules(module, qualname)
+        if name.startswith("__") or candidates is None or module not in candidates:
             return None  # a dunder runs implicitly; a function outside the run's files is not looked for
         sites = []
-        for member in self._mentioning_modules(name) or ():
+        for member in candidates:
             outlined = self.outline(member)
             found = self.mentions_of(member, name)
             if outlined is None or found is None:
                 return None
             for mention in found:
+                if not mention.passed and "." not in qualname and _other_than_function(mention.text, outlined):
+                    continue  # Ex) model.eval() beside a function `eval`: a method of another object
                 ref = outlined.ref_of(mention.text, mention.owner) if not mention.passed else None
                 target = self.resolve(ref, member) if ref is not None else None
                 if target is None:
@@ -1083,16 +1096,31 @@ class Outlines:
                     continue  # reported by the run itself
         return self._member_data
 
-    def _mentioning_modules(self, name: str) -> list[str] | None:
-        """The modules of the run's files whose text holds `name`; None when there are too many, or one of them is
-        a file that its module name does not locate (two scripts `train.py` in different folders)."""
-        if name not in self._mentioning:
-            token = name.encode()
-            holding = [path for path, data in self._members_read() if token in data]
+    def _mentioning_modules(self, module: str, qualname: str) -> list[str] | None:
+        """The modules of the run's files that may call the function `qualname` of `module`; None when there are
+        too many, or one of them is a file that its module name does not locate (two scripts `train.py` in
+        different folders). A method may be called wherever its name appears; a function of the module's top
+        level only where its name appears bare (`evaluate(...)`, an import of it) or after a dot in a file that
+        names its module (`config.evaluate(...)`): a method of the same name elsewhere (`model.eval()` beside a
+        function `eval`) leaves it alone."""
+        key = (module, qualname)
+        if key not in self._mentioning:
+            name = qualname.rpartition(".")[2]
+            if "." in qualname:
+                holding = [path for path, data in self._members_read() if name.encode() in data]
+            else:
+                bare = re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?!\w)")
+                named = re.compile(rb"(?<!\w)" + re.escape(module.rpartition(".")[2].encode()) + rb"(?!\w)")
+                dotted = b"." + name.encode()
+                holding = [
+                    path
+                    for path, data in self._members_read()
+                    if bare.search(data) or (dotted in data and named.search(data))
+                ]
             modules = [self.project.add_file(path) for path in holding]
-            located = all(self.project.locate(module) == path for module, path in zip(modules, holding, strict=True))
-            self._mentioning[name] = modules if located and len(modules) <= MAX_MENTIONING else None
-        return self._mentioning[name]
+            located = all(self.project.locate(found) == path for found, path in zip(modules, holding, strict=True))
+            self._mentioning[key] = modules if located and len(modules) <= MAX_MENTIONING else None
+        return self._mentioning[key]
 
     def mentions_of(self, module: str, name: str) -> list[Mention] | None:
         """`mentions` of `name` in the project module `module`; None when it cannot be read."""
@@ -1103,10 +1131,11 @@ class Outlines:
             self._mentions[key] = mentions(tree, name) if tree is not None else None
         return self._mentions[key]
 
-    def callers_interface(self, name: str) -> str:
-        """The digest of what `call_sites` read for a function called `name`: which files name it, and their
-        content (a hash, so that a warm run checks it without parsing them)."""
-        modules = self._mentioning_modules(name)
+    def callers_interface(self, target: str) -> str:
+        """The digest of what `call_sites` read for the function `target` (`module:qualname`): which files may call
+        it, and their content (a hash, so that a warm run checks it without parsing them)."""
+        module, _, qualname = target.partition(":")
+        modules = self._mentioning_modules(module, qualname)
         contents = {str(path): data for path, data in self._members_read()}
         data = [(module, content_hash(contents.get(str(self.project.locate(module)), b""))) for module in modules or ()]
         return hashlib.sha256(repr((modules is None, data)).encode()).hexdigest()

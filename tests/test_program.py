@@ -1546,3 +1546,29 @@ def test_mentions_tell_calls_by_grad_mode_from_references() -> None:
         Mention("Loop.run", "Loop", passed=True),  # handed on in a list
         Mention("Loop.run", "Loop", "evaluate", passed=True),  # in a lambda: run when it is called
     }
+
+
+def test_a_function_named_like_a_common_method_is_looked_for_where_it_can_be_called(tmp_path: Path) -> None:
+    # A benchmark's `eval` function, run by its sibling module under no_grad; fifty other files call `model.eval()`
+    # (a method, not this function) and one calls the builtin `eval`: none of them can run it.
+    bench = {
+        "bench/__init__.py": "",
+        "bench/config.py": EVALUATE.replace("def evaluate(", "def eval("),
+        "bench/core.py": """\
+            import torch
+            from .config import eval
+
+            class Calculator:
+                @torch.no_grad()
+                def test(self, model, loader):
+                    return eval(model, loader)
+        """,
+        "tools.py": "def parse(text):\n    return eval(text)\n",
+    }
+    others = {f"scripts/run_{n}.py": "def run(model):\n    model.eval()\n    return model\n" for n in range(50)}
+    write(tmp_path, {**bench, **others})
+    assert not [d for d in lint_paths([tmp_path], Config(), jobs=1) if d.code == "GL009"]
+    # A call through an object of the benchmark's module itself still counts: run with grad, it is reported.
+    (tmp_path / "bench" / "report.py").write_text("from bench import config\n\nconfig.eval(None, [])\n")
+    found = [(Path(d.path).name, d.line) for d in lint_paths([tmp_path], Config(), jobs=1) if d.code == "GL009"]
+    assert found == [("config.py", 7)]
