@@ -534,16 +534,6 @@ def mentions(tree: ast.Module, name: str) -> list[Mention]:
     return found
 
 
-def _other_than_function(text: str, outlined: ModuleOutline) -> bool:
-    """Whether a call of `text` in the module `outlined` cannot run a function of another module's top level: a
-    method of an object that is no imported module (`model.eval()`, `self.evaluate()`), or a bare name that the
-    module neither imports nor defines and no star import may bind (a builtin: `eval(source)`)."""
-    head, _, rest = text.partition(".")
-    if head in outlined.names:
-        return False
-    return bool(rest) or (not outlined.defines(head) and not outlined.stars)
-
-
 def _names(node: ast.AST, name: str) -> bool:
     """Whether `node` is the bare name `name` or an attribute `.name`."""
     return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
@@ -1069,15 +1059,29 @@ class Outlines:
             if outlined is None or found is None:
                 return None
             for mention in found:
-                if not mention.passed and "." not in qualname and _other_than_function(mention.text, outlined):
+                if not mention.passed and "." not in qualname and self._other_than_function(mention.text, member):
                     continue  # Ex) model.eval() beside a function `eval`: a method of another object
                 ref = outlined.ref_of(mention.text, mention.owner) if not mention.passed else None
+                if ref is None and not mention.passed and outlined.stars and "." not in mention.text:
+                    ref = Ref("star", mention.text)  # bound by a star import (`_other_than_function` checked it)
                 target = self.resolve(ref, member) if ref is not None else None
                 if target is None:
                     return None  # passed on, or a call of something unresolved that may be this function
                 if target == (module, qualname):
                     sites.append((member, mention.qualname, mention.off))
         return sites
+
+    def _other_than_function(self, text: str, module: str) -> bool:
+        """Whether a call of `text` in `module` cannot run a function of a module's top level: a method of an object
+        that is no imported module (`model.eval()`, `self.evaluate()`), or a bare name that the module neither
+        imports nor defines, nor binds by a star import (a builtin: `eval(source)`)."""
+        outlined = self.outline(module)
+        head, _, rest = text.partition(".")
+        if outlined is None or head in outlined.names:
+            return False
+        if rest:
+            return True
+        return not outlined.defines(head) and (not outlined.stars or self._star(module, head) is None)
 
     def members_digest(self) -> str:
         """A digest of the run's files and their content: while it holds, so do the callers read from them."""
@@ -1101,7 +1105,7 @@ class Outlines:
         too many, or one of them is a file that its module name does not locate (two scripts `train.py` in
         different folders). A method may be called wherever its name appears; a function of the module's top
         level only where its name appears bare (`evaluate(...)`, an import of it) or after a dot in a file that
-        names its module (`config.evaluate(...)`): a method of the same name elsewhere (`model.eval()` beside a
+        imports its module (`config.evaluate(...)`): a method of the same name elsewhere (`model.eval()` beside a
         function `eval`) leaves it alone."""
         key = (module, qualname)
         if key not in self._mentioning:
@@ -1115,7 +1119,8 @@ class Outlines:
                 holding = [
                     path
                     for path, data in self._members_read()
-                    if bare.search(data) or (dotted in data and named.search(data))
+                    if bare.search(data)
+                    or (dotted in data and any(named.search(found[0]) for found in _IMPORT.finditer(data)))
                 ]
             modules = [self.project.add_file(path) for path in holding]
             located = all(self.project.locate(found) == path for found, path in zip(modules, holding, strict=True))

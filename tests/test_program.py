@@ -1550,7 +1550,8 @@ def test_mentions_tell_calls_by_grad_mode_from_references() -> None:
 
 def test_a_function_named_like_a_common_method_is_looked_for_where_it_can_be_called(tmp_path: Path) -> None:
     # A benchmark's `eval` function, run by its sibling module under no_grad; fifty other files call `model.eval()`
-    # (a method, not this function) and one calls the builtin `eval`: none of them can run it.
+    # (a method, not this function), and two call the builtin `eval`, one beside a star import that does not bind
+    # it: none of them can run it.
     bench = {
         "bench/__init__.py": "",
         "bench/config.py": EVALUATE.replace("def evaluate(", "def eval("),
@@ -1564,6 +1565,8 @@ def test_a_function_named_like_a_common_method_is_looked_for_where_it_can_be_cal
                     return eval(model, loader)
         """,
         "tools.py": "def parse(text):\n    return eval(text)\n",
+        "helpers.py": "def shift(x):\n    return x + 1\n",
+        "starred.py": "from helpers import *\n\n\ndef parse(text):\n    return shift(eval(text))\n",
     }
     others = {f"scripts/run_{n}.py": "def run(model):\n    model.eval()\n    return model\n" for n in range(50)}
     write(tmp_path, {**bench, **others})
