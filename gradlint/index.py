@@ -611,6 +611,9 @@ class Outlines:
         self.members = tuple(members)
         self._member_data: list[tuple[Path, bytes]] | None = None
         self._members_digest: str | None = None
+        self._member_hashes: dict[Path, str] | None = None
+        self._member_by_path: dict[Path, bytes] | None = None
+        self._member_modules: dict[Path, str | None] = {}
         self._mentioning: dict[tuple[str, str], list[str] | None] = {}
         self._mentions: dict[tuple[str, str], list[Mention] | None] = {}
         self._sites: dict[tuple[str, str], list[tuple[str, str, bool]] | None] = {}
@@ -1086,9 +1089,15 @@ class Outlines:
     def members_digest(self) -> str:
         """A digest of the run's files and their content: while it holds, so do the callers read from them."""
         if self._members_digest is None:
-            files = sorted((str(path), content_hash(data)) for path, data in self._members_read())
+            files = sorted((str(path), self._member_hash(path)) for path, _data in self._members_read())
             self._members_digest = hashlib.sha256(repr(files).encode()).hexdigest()
         return self._members_digest
+
+    def _member_hash(self, path: Path | None) -> str:
+        """The content hash of one of the run's files, computed once."""
+        if self._member_hashes is None:
+            self._member_hashes = {found: content_hash(data) for found, data in self._members_read()}
+        return self._member_hashes.get(path, "") if path is not None else ""
 
     def _members_read(self) -> list[tuple[Path, bytes]]:
         if self._member_data is None:
@@ -1100,31 +1109,47 @@ class Outlines:
                     continue  # reported by the run itself
         return self._member_data
 
+    def _member_module(self, path: Path) -> str | None:
+        """The module name of one of the run's files, or None when that name locates another file (two scripts
+        `train.py` in different folders): computed once."""
+        if path not in self._member_modules:
+            module = self.project.add_file(path)
+            self._member_modules[path] = module if self.project.locate(module) == path else None
+        return self._member_modules[path]
+
+    def _member_contents(self) -> dict[Path, bytes]:
+        if self._member_by_path is None:
+            self._member_by_path = dict(self._members_read())
+        return self._member_by_path
+
     def _mentioning_modules(self, module: str, qualname: str) -> list[str] | None:
         """The modules of the run's files that may call the function `qualname` of `module`; None when there are
-        too many, or one of them is a file that its module name does not locate (two scripts `train.py` in
-        different folders). A method may be called wherever its name appears; a function of the module's top
-        level only where its name appears bare (`evaluate(...)`, an import of it) or after a dot in a file that
-        imports its module (`config.evaluate(...)`): a method of the same name elsewhere (`model.eval()` beside a
-        function `eval`) leaves it alone."""
+        too many, or one of them is a file that its module name does not locate (`_member_module`). A method may
+        be called wherever its name appears; a function of the module's top level only where its name appears
+        bare (`evaluate(...)`, an import of it) or after a dot in a file that imports its module
+        (`config.evaluate(...)`): a method of the same name elsewhere (`model.eval()` beside a function `eval`)
+        leaves it alone."""
         key = (module, qualname)
         if key not in self._mentioning:
             name = qualname.rpartition(".")[2]
-            if "." in qualname:
-                holding = [path for path, data in self._members_read() if name.encode() in data]
-            else:
+            token = name.encode()
+            holding = [path for path, data in self._members_read() if token in data]  # a fast first sieve
+            if "." not in qualname:
                 bare = re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?!\w)")
                 named = re.compile(rb"(?<!\w)" + re.escape(module.rpartition(".")[2].encode()) + rb"(?!\w)")
                 dotted = b"." + name.encode()
+                contents = self._member_contents()
                 holding = [
                     path
-                    for path, data in self._members_read()
-                    if bare.search(data)
+                    for path in holding
+                    if bare.search(data := contents[path])
                     or (dotted in data and any(named.search(found[0]) for found in _IMPORT.finditer(data)))
                 ]
-            modules = [self.project.add_file(path) for path in holding]
-            located = all(self.project.locate(found) == path for found, path in zip(modules, holding, strict=True))
-            self._mentioning[key] = modules if located and len(modules) <= MAX_MENTIONING else None
+            if len(holding) > MAX_MENTIONING:
+                self._mentioning[key] = None
+                return None
+            modules = [self._member_module(path) for path in holding]
+            self._mentioning[key] = None if None in modules else [found for found in modules if found is not None]
         return self._mentioning[key]
 
     def mentions_of(self, module: str, name: str) -> list[Mention] | None:
@@ -1141,8 +1166,7 @@ class Outlines:
         it, and their content (a hash, so that a warm run checks it without parsing them)."""
         module, _, qualname = target.partition(":")
         modules = self._mentioning_modules(module, qualname)
-        contents = {str(path): data for path, data in self._members_read()}
-        data = [(module, content_hash(contents.get(str(self.project.locate(module)), b""))) for module in modules or ()]
+        data = [(module, self._member_hash(self.project.locate(module))) for module in modules or ()]
         return hashlib.sha256(repr((modules is None, data)).encode()).hexdigest()
 
     def affects(self, module: str, qualname: str) -> bool:
