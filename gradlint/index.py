@@ -242,11 +242,16 @@ class ModuleOutline:
         head, _, rest = text.partition(".")
         if head in ("self", "cls"):
             return Ref("class", owner, method=rest) if owner is not None and rest and "." not in rest else None
-        ref = name_ref(text, self.names, {name for name in self.spans if "." not in name})
+        ref = name_ref(text, self.names, self._local_functions)
         if ref is None and rest and "." not in rest and head in self.instances:
             built = self.instances[head]  # Ex) model.val_start() where the module builds model = Wrapper(...)
             ref = Ref(built.kind, built.name, built.level, rest)
         return ref
+
+    @cached_property
+    def _local_functions(self) -> frozenset[str]:
+        """The module's own top-level functions, which a bare call may name."""
+        return frozenset(name for name in self.spans if "." not in name)
 
     @cached_property
     def instances(self) -> dict[str, Ref]:
@@ -609,11 +614,10 @@ class Outlines:
         self.overlay = {path.resolve(): data for path, data in (overlay or {}).items()}
         # The files of the run, where the callers of a function are looked for (`callers_without_grad`).
         self.members = tuple(members)
-        self._member_data: list[tuple[Path, bytes]] | None = None
-        self._members_digest: str | None = None
+        self._member_data: dict[Path, bytes] | None = None
         self._member_hashes: dict[Path, str] | None = None
-        self._member_by_path: dict[Path, bytes] | None = None
         self._member_modules: dict[Path, str | None] = {}
+        self._trees: dict[str, ast.Module | None] = {}  # the modules `mentions_of` read, parsed once each
         self._mentioning: dict[tuple[str, str], list[str] | None] = {}
         self._mentions: dict[tuple[str, str], list[Mention] | None] = {}
         self._sites: dict[tuple[str, str], list[tuple[str, str, bool]] | None] = {}
@@ -1086,25 +1090,28 @@ class Outlines:
             return True
         return not outlined.defines(head) and (not outlined.stars or self._star(module, head) is None)
 
+    @cached_property
+    def _members_digest(self) -> str:
+        files = sorted((str(path), self._member_hash(path)) for path in self._members_read())
+        return hashlib.sha256(repr(files).encode()).hexdigest()
+
     def members_digest(self) -> str:
         """A digest of the run's files and their content: while it holds, so do the callers read from them."""
-        if self._members_digest is None:
-            files = sorted((str(path), self._member_hash(path)) for path, _data in self._members_read())
-            self._members_digest = hashlib.sha256(repr(files).encode()).hexdigest()
         return self._members_digest
 
     def _member_hash(self, path: Path | None) -> str:
         """The content hash of one of the run's files, computed once."""
         if self._member_hashes is None:
-            self._member_hashes = {found: content_hash(data) for found, data in self._members_read()}
+            self._member_hashes = {found: content_hash(data) for found, data in self._members_read().items()}
         return self._member_hashes.get(path, "") if path is not None else ""
 
-    def _members_read(self) -> list[tuple[Path, bytes]]:
+    def _members_read(self) -> dict[Path, bytes]:
+        """The run's files and their content, read once."""
         if self._member_data is None:
-            self._member_data = []
+            self._member_data = {}
             for path in self.members:
                 try:
-                    self._member_data.append((path.resolve(), path.read_bytes()))
+                    self._member_data[path.resolve()] = path.read_bytes()
                 except OSError:
                     continue  # reported by the run itself
         return self._member_data
@@ -1117,11 +1124,6 @@ class Outlines:
             self._member_modules[path] = module if self.project.locate(module) == path else None
         return self._member_modules[path]
 
-    def _member_contents(self) -> dict[Path, bytes]:
-        if self._member_by_path is None:
-            self._member_by_path = dict(self._members_read())
-        return self._member_by_path
-
     def _mentioning_modules(self, module: str, qualname: str) -> list[str] | None:
         """The modules of the run's files that may call the function `qualname` of `module`; None when there are
         too many, or one of them is a file that its module name does not locate (`_member_module`). A method may
@@ -1133,12 +1135,12 @@ class Outlines:
         if key not in self._mentioning:
             name = qualname.rpartition(".")[2]
             token = name.encode()
-            holding = [path for path, data in self._members_read() if token in data]  # a fast first sieve
+            contents = self._members_read()
+            holding = [path for path, data in contents.items() if token in data]  # a fast first sieve
             if "." not in qualname:
                 bare = re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?!\w)")
                 named = re.compile(rb"(?<!\w)" + re.escape(module.rpartition(".")[2].encode()) + rb"(?!\w)")
                 dotted = b"." + name.encode()
-                contents = self._member_contents()
                 holding = [
                     path
                     for path in holding
@@ -1156,8 +1158,13 @@ class Outlines:
         """`mentions` of `name` in the project module `module`; None when it cannot be read."""
         key = (module, name)
         if key not in self._mentions:
-            source = self.source(module)
-            tree = standard_tree(source[1]) if source is not None and len(source[1]) <= MAX_OUTLINE_BYTES else None
+            if module not in self._trees:
+                source = self.source(module)
+                fits = source is not None and len(source[1]) <= MAX_OUTLINE_BYTES
+                self._trees[module] = standard_tree(source[1]) if source is not None and fits else None
+            else:
+                self.source(module)  # recorded as read
+            tree = self._trees[module]
             self._mentions[key] = mentions(tree, name) if tree is not None else None
         return self._mentions[key]
 
