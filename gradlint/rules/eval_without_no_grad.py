@@ -50,7 +50,10 @@ class EvalWithoutNoGrad(Rule):
     directly or through `super().__call__(...)`, or a `forward` a pipeline base runs inside
     `with torch.no_grad():`, is not reported. A forward retried in an `except` handler
     after the same forward failed under `no_grad` records on purpose (a model that needs
-    autograd inside its forward) and is not reported.
+    autograd inside its forward) and is not reported. A module proven to hold no trainable
+    parameters (one of torch's layers without weights, `nn.Softmax(dim=1)` or `nn.Sigmoid()`
+    as the code builds it, or a project class that stores none) run on outputs computed under
+    `no_grad` records nothing, in the loop or in a helper the loop calls.
     Loops inside `no_grad`/`inference_mode` blocks or decorated functions,
     Lightning's `validation_step`/`test_step`/`predict_step` (of a LightningModule) and
     the evaluation loops' hooks (`on_validation_epoch_end`, ..., of the module or of a

@@ -92,7 +92,12 @@ class InplaceOnGradTensor(Rule):
     returns one on every path (`self.cbr = conv2DBatchNormRelu(...)`, whose forward returns
     its `nn.Sequential(conv, bn, nn.ReLU(inplace=True))`'s output): `x = self.cbr(x)`, then
     an in-place dropout or `x += pos`, raises. A project class is known by what it derives
-    from, whatever the case of its name. Code a module runs only in eval mode (under
+    from, whatever the case of its name. A module call saves its input only where the module
+    is seen being built as one of torch's layers or a project class: one built from a
+    configuration (`instantiate(cfg.backbone)`), a constructor argument or a factory may be
+    anything (a module that returns the dict of features it is given), and a project class
+    whose `forward` reads only what its input is (`x.shape`, `x.new_empty(...)`, a positional
+    encoding sized from it) saves nothing of it. Code a module runs only in eval mode (under
     `if not self.training:`, or in the `else` of `if self.training:`) counts as backpropagated
     only where a backward follows it in the same function (an input-gradient saliency map):
     a forward's eval-only branch is what inference runs, usually under `no_grad`.

@@ -67,6 +67,11 @@ class LossAccumulation(Rule):
     or in code of the same module (`model.features.clear()`) counts; a value detached
     first (`h.detach()`) keeps no graph.
 
+    A loss function known only by its name (`grad_loss_fn = task.get_grad_loss_func()`) carries
+    the graph of what it is given and nothing of its own: per-sample gradients it computes
+    from detached parameters keep no graph; a criterion has weights only where the code is
+    seen building it as a class that has them.
+
     Known problems
     An object whose class cannot be proven (a parameter without an annotation) is not
     followed into its methods. A value returned by a function of another module carries

@@ -68,6 +68,11 @@ NOTHING_SAVING_MODULES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Identi
 WEIGHT_INPUT_LAYERS = frozenset(
     {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}
 )
+# What reading a tensor's attribute or calling its method learns of its shape, type or place, not its values.
+METADATA = frozenset(
+    {"shape", "size", "dim", "ndim", "ndimension", "numel", "device", "dtype", "is_cuda", "layout"}
+    | {"new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"}
+)
 # Wrappers that return the module they are given (`nn.utils.weight_norm(conv)`).
 MODULE_WRAPPERS = frozenset({"weight_norm", "spectral_norm"})
 VIEWS = frozenset({"view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "t", "expand"})
@@ -539,7 +544,9 @@ class Graphs:
 
     def _module_kind(self, value: cst.BaseExpression) -> str | None:
         """What a call of a module saves: "output" (nn.Sigmoid, a project class whose forward returns a saved
-        output), "input" (nn.Linear, any other), or None."""
+        output), "input" (nn.Linear, another of torch's layers, a class of the project), or None: a module that
+        nothing in the module is seen building (a constructor argument, a factory, a configuration's
+        `instantiate(...)`) may be anything, even something that returns the dict it is given."""
         if not isinstance(value, cst.Call) or self.roles.role(value.func) is not Role.MODEL:
             return None
         key = dotted_name(value.func)
@@ -551,7 +558,42 @@ class Graphs:
             return "output"  # Ex) self.cbr = ConvBNReLU(...), whose forward returns its ReLU's saved output
         if classes and classes <= NOTHING_SAVING_MODULES:
             return None  # Ex) self.drop = nn.Dropout(0.1): saves a mask, not its input
-        return "input"
+        return "input" if built and all(self._builds_known_module(v) for v in built) else None
+
+    def _builds_known_module(self, built: cst.Call) -> bool:
+        """Whether `built` constructs one of torch's layers or a class of the project (of this module, or of another
+        through the program), whose forward is a module's: not a factory or a configuration's object."""
+        if (self.roles.imports.resolve(built.func) or "").startswith("torch.nn."):
+            return True
+        name = dotted_name(built.func)
+        if name is None:
+            return False
+        if "." not in name and name in self.roles.classes and self.roles.imports.resolve(built.func) in (None, name):
+            return not self._reads_only_metadata(self.roles.classes[name])
+        return self.roles.project_bases is not None and bool(self.roles.project_bases(name))
+
+    def _reads_only_metadata(self, owner: cst.ClassDef) -> bool:
+        """Whether the `forward` of `owner` reads its input only for what it is, not what it holds (`x.shape`,
+        `x.size(1)`, `x.new_empty(...)`, `len(x)`): a positional encoding sized from its input saves nothing of it."""
+        forward = _forward_of(owner)
+        params = forward.params.params if forward is not None else ()
+        if forward is None or len(params) < 2:
+            return False
+        name = params[1].name.value
+        uses = [node for node in descendants(forward.body) if isinstance(node, cst.Name) and node.value == name]
+        metadata = [
+            node
+            for node in descendants(forward.body)
+            if (isinstance(node, cst.Attribute) and _names(node.value, name) and node.attr.value in METADATA)
+            or (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value == "len"
+                and len(node.args) == 1
+                and _names(node.args[0].value, name)
+            )
+        ]
+        return bool(uses) and len(uses) == len(metadata)
 
     def saved_output_classes(self) -> frozenset[str]:
         """The top-level classes of the module whose `forward` returns, on every path, a tensor an operation saved
@@ -590,9 +632,7 @@ class Graphs:
         )
         if owner is None or not self.roles.is_model_class(owner):
             return False
-        forward = next(
-            (f for f in owner.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None
-        )
+        forward = _forward_of(owner)
         if forward is None:
             return False
         returns = [s for s in self.collected.statements_in_scope(forward) if isinstance(s, cst.Return)]
@@ -684,3 +724,12 @@ def _refers_to(node: cst.BaseExpression, key: str) -> bool:
             return True
         viewed = _viewed(viewed)
     return False
+
+
+def _names(node: cst.BaseExpression, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _forward_of(owner: cst.ClassDef) -> cst.FunctionDef | None:
+    """The `forward` the class itself defines."""
+    return next((f for f in owner.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None)

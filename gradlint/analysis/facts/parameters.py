@@ -47,6 +47,14 @@ MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 HARMLESS_SELF_CALLS = frozenset({"register_buffer", "train", "eval", "to", "cuda", "cpu", "float", "double", "half"})
 
 
+def weightless_layer(qualified: str | None) -> bool:
+    """Whether `qualified` names one of torch's layers that own no parameters (`torch.nn.Softmax`, a loss)."""
+    if qualified is None or not qualified.startswith("torch.nn.") or qualified.count(".") != 2:
+        return False
+    layer = qualified.rsplit(".", 1)[1]
+    return layer in PARAMETERLESS_LAYERS or layer.endswith("Loss")
+
+
 def parameterless_classes(
     collected: Collected, imports: ImportMap, elsewhere: Callable[[str], bool] | None = None
 ) -> frozenset[str]:
@@ -87,10 +95,8 @@ class _Known:
             return False
         if dotted in self.proven:
             return True
-        qualified = self.imports.resolve(func) or ""
-        if qualified.startswith("torch.nn.") and qualified.count(".") == 2:
-            layer = qualified.rsplit(".", 1)[1]
-            return layer in PARAMETERLESS_LAYERS or layer.endswith("Loss")
+        if weightless_layer(self.imports.resolve(func)):
+            return True
         return self.elsewhere is not None and "." not in dotted.partition(".")[2] and self.elsewhere(dotted)
 
 

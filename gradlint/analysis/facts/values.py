@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import libcst as cst
 
 from gradlint.analysis.facts.origins import Binding
-from gradlint.analysis.facts.parameters import parameterless_classes
+from gradlint.analysis.facts.parameters import parameterless_classes, weightless_layer
 from gradlint.analysis.facts.roles import Role, Roles, constructor_of
 from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Scope
@@ -127,7 +127,8 @@ class GradValues:
 
     def holds_no_parameters(self, module: cst.BaseExpression, scope: Scope) -> bool:
         """Whether the module `module` evaluates to (`self` in a method, `self.converter`) is proven to hold no
-        parameters: every construction of it builds such a class, of this module or of another."""
+        parameters: every construction of it builds such a class, of this module or of another, or one of torch's
+        layers without weights (`nn.Softmax(dim=1)`)."""
         if isinstance(module, cst.Name) and module.value == "self":
             owner = self.collected.owners.get(scope) if isinstance(scope, cst.FunctionDef) else None
             return owner is not None and owner.name.value in self.parameterless
@@ -145,6 +146,8 @@ class GradValues:
             name = dotted_name(call.func)
             if name is None or name in self.roles.redefined:
                 return False
+            if weightless_layer(self.roles.imports.resolve(call.func)):
+                continue
             if name not in self.parameterless and not (
                 program is not None and program.parameterless(name, self.roles.imports)
             ):
@@ -371,8 +374,13 @@ class GradValues:
             return outside.returns_grad or (outside.returns_grad_if_args and args_grad)
         if not self._is_forward_call(call, scope):
             return False
-        # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs.
-        return args_grad or not self.holds_no_parameters(forward_receiver(func), scope)
+        # A module without parameters (a converter, a metric, activations) passes on only its inputs' graphs; so
+        # does a loss function known only by its name (`grad_loss_fn(detached_params, batch)`): a criterion has
+        # weights of its own only where it is seen being built as one.
+        receiver = forward_receiver(func)
+        if self.roles.role(receiver) is Role.LOSS_FN and self.roles.proven_role(receiver) is None:
+            return args_grad
+        return args_grad or not self.holds_no_parameters(receiver, scope)
 
     def _step_closure(self, call: cst.Call) -> cst.FunctionDef | None:
         """The same-module function an optimizer's `step(closure)` runs, if it can be known."""

@@ -728,7 +728,7 @@ class Evaluation:
         if helper is None or depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(helper, view):
             return None
         for inner in self.collected.calls_in_scope(helper):
-            if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED:
+            if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED or self._builds_no_graph(inner):
                 continue
             if self.forwards.is_forward(inner):
                 return inner
