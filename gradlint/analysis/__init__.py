@@ -333,6 +333,7 @@ class ModuleAnalysis:
             self.rebinds,
             self.updates.updated_models,
             self.updates.updated_models_in,
+            self.updates.updates_only_tensors,
             self.program,
         )
 

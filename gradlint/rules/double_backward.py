@@ -30,6 +30,13 @@ class DoubleBackward(Rule):
     A first backward with `retain_graph=True` (or `create_graph=True`) and backward
     calls that each follow their own forward pass are fine and not reported.
 
+    A `backward` that takes what `torch.Tensor.backward` never takes (`hmm.backward(X,
+    priors=priors)`), or whose result is bound to a name (the tensor method returns None), is
+    another method (a hidden Markov model's backward algorithm) and frees no graph. A tensor
+    handed to a helper of the module that cuts it first thing (`fake = fake.data` in a
+    gradient penalty, after reading only `real.device`) brings none of its graph into what the
+    helper returns.
+
     Hidden state kept on `self` by a training-step method (one that backpropagates, or
     Lightning's `training_step`, whose returned loss Lightning backpropagates) is
     followed into the next call, unless another method of the class may reset it; so is

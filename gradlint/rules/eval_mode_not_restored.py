@@ -55,6 +55,11 @@ class EvalModeNotRestored(Rule):
     `self.model` to eval, after `evaluator = Evaluator(net, loader)`, leaves `net` in eval mode,
     the constructor's class in this module or in another.
 
+    A loop whose optimizers are built on tensors only (`Adam([delta])` over an input
+    perturbation made with `nn.Parameter(...)`) trains no model: a model left in eval mode
+    for it (test-time adaptation, an adversarial search through a frozen model) is not
+    reported.
+
     Known problems
     When several classes of the module implement what a base class calls on `self`, the
     call is not followed. The path is read in source order: a

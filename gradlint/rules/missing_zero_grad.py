@@ -33,8 +33,6 @@ FOREIGN = (
 )
 
 MAX_DEPTH = 4
-# In-place methods that replace a tensor's values whatever they were.
-OVERWRITING = frozenset({"fill_", "copy_", "set_"})
 
 
 class MissingZeroGrad(Rule):
@@ -84,6 +82,12 @@ class MissingZeroGrad(Rule):
     A clear in one arm of an `if` covers only the steps of that arm: `if amp:
     opt.zero_grad(); ...; scaler.step(opt) else: loss.backward(); opt.step()` never clears
     in its `else`.
+
+    A step that sets the gradients itself (`p.grad = g`, `p.grad.data = g`, `p.grad.copy_(g)`,
+    here or in a helper of the module) applies what it set: nothing accumulates, and a clear
+    followed by such a set before the step (`opt.zero_grad(); p.grad = saved; opt.step()`, the
+    gradients of a sharpness-aware or perturbation step written back) leaves the step
+    something to apply.
 
     Known problems
     A clear done by a caller in another module is not seen.
@@ -254,18 +258,7 @@ class MissingZeroGrad(Rule):
 
     def _overwrites_gradients(self, step: TrainingStep) -> bool:
         """Whether the step sets the gradients itself (`p.grad = g`, `p.grad.copy_(g)`): nothing accumulates."""
-        for statement in self.analysis.statements_in(step.node):
-            if (
-                isinstance(statement, cst.Assign)
-                and any(_is_grad(target.target) for target in statement.targets)
-                and not any(_is_grad(operand) for operand in _attributes(statement.value))
-            ):
-                return True  # `p.grad = g`, but not `p.grad = p.grad + noise`
-            if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-                func = statement.value.func
-                if isinstance(func, cst.Attribute) and func.attr.value in OVERWRITING and _is_grad(func.value):
-                    return True
-        return False
+        return bool(step.of_kind(Kind.SET_GRAD))
 
     def _fresh_single_step(self, step: TrainingStep, event: Event) -> bool:
         """One step of an optimizer built in the same pass as the parameters it updates.
@@ -362,6 +355,8 @@ class MissingZeroGrad(Rule):
             return False
         if not set(clear.ifs) <= set(after.ifs) or self.analysis.branches.exclusive(clear, after):
             return False  # a clear that skips the step (`if not finite: zero_grad(); continue`, or `... else: step()`)
+        if any(event.kind is Kind.SET_GRAD for event in step.events[index + 1 : step.events.index(after)]):
+            return False  # the gradient is set again before the step: `opt.zero_grad(); p.grad = saved; opt.step()`
         single_optimizer = len({event.target for event in step.of_kind(Kind.STEP)}) == 1
         if self.analysis.clears_other_tensors(clear, after):
             return False  # Ex) float32 master weights stepped; the copies' gradients, already added in, freed
@@ -397,20 +392,6 @@ def _has_modulo(node: cst.CSTNode) -> bool:
 def _last_before(events: tuple[Event, ...], anchor: Event, kind: Kind) -> Event | None:
     index = events.index(anchor)
     return next((event for event in reversed(events[:index]) if event.kind is kind), None)
-
-
-def _is_grad(node: cst.BaseExpression) -> bool:
-    # p.grad, p.grad.data
-    if isinstance(node, cst.Attribute) and node.attr.value == "data":
-        node = node.value
-    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
-
-
-def _attributes(node: cst.CSTNode) -> list[cst.Attribute]:
-    found = [node] if isinstance(node, cst.Attribute) else []
-    for child in children(node):
-        found.extend(_attributes(child))
-    return found
 
 
 def _names_a_constructor(func: cst.BaseExpression, modules: Collection[str]) -> bool:

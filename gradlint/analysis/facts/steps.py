@@ -31,6 +31,10 @@ CLEARING_NAMES = frozenset({"zero_grad", "zero_grads", "zero_gradients", "clear_
 CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients"})
 # In-place tensor methods that apply an update: `p.sub_(lr * p.grad)`, `p.data.add_(p.grad, alpha=-lr)`.
 UPDATING_METHODS = frozenset({"sub_", "add_", "copy_", "addcdiv_", "addcmul_", "lerp_"})
+# What `torch.Tensor.backward` takes, in its order.
+TENSOR_BACKWARD_PARAMETERS = ("gradient", "retain_graph", "create_graph", "inputs")
+# In-place methods that replace a tensor's values whatever they were: `p.grad.copy_(g)` sets a gradient.
+OVERWRITING = frozenset({"fill_", "copy_", "set_"})
 
 
 class Kind(Enum):
@@ -43,6 +47,7 @@ class Kind(Enum):
     CLIP = "clip"
     UNSCALE = "unscale"
     SCALE = "scale"
+    SET_GRAD = "set grad"  # `p.grad = g`, `p.grad.copy_(g)`: the gradient a step applies is what was set
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ class Event:
 
     `node` is the call or statement itself; `site` is where it happens in the scope
     that was analysed (the helper call when the event comes from a helper). `value` is
-    the loss of a backward, or the optimizer a step/clear/unscale acts on. An event of a
+    the loss of a backward, the optimizer a step/clear/unscale acts on, or the tensor whose gradient a
+    SET_GRAD writes. An event of a
     function in another module of the project has the call as `node` and `site`, and
     that function's name as `via`.
     """
@@ -576,7 +582,19 @@ class EventIndex:
             scaled = _first_arg(receiver)
             if scaled is not None:
                 return Kind.BACKWARD, scaled, True, retain
+        if not self._tensor_backward(call):
+            return None  # Ex) y_hat = hmm.backward(X, priors=priors): an HMM's backward algorithm, not autograd's
         return Kind.BACKWARD, receiver, False, retain
+
+    def _tensor_backward(self, call: cst.Call) -> bool:
+        """Whether `x.backward(...)` may be `torch.Tensor.backward`: it takes only that method's parameters, and
+        returns None, so a result bound to a name shows another method of the same name."""
+        if any(arg.keyword is not None and arg.keyword.value not in TENSOR_BACKWARD_PARAMETERS for arg in call.args):
+            return False
+        if len([arg for arg in call.args if arg.keyword is None]) > len(TENSOR_BACKWARD_PARAMETERS):
+            return False
+        statement = self.collected.statement_of.get(call)
+        return not (isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is call)
 
     def _classify_method(
         self, call: cst.Call, name: str | None, receiver: cst.BaseExpression | None
@@ -589,6 +607,9 @@ class EventIndex:
             return Kind.CLEAR, receiver, False, False
         if name == "zero_" and last_name(_strip_data(receiver)) == "grad":
             return Kind.CLEAR, None, False, False
+        stripped = _strip_data(receiver)
+        if name in OVERWRITING and isinstance(stripped, cst.Attribute) and stripped.attr.value == "grad":
+            return Kind.SET_GRAD, stripped.value, False, False
         if name in UPDATING_METHODS and (updated := _updated_from_own_gradient(receiver, call)) is not None:
             return Kind.STEP, updated, False, False
         if name == "step":
@@ -604,15 +625,21 @@ class EventIndex:
         return None
 
     def _classify_grad_assignment(self, node: cst.Assign) -> tuple[Kind, cst.BaseExpression | None, bool, bool] | None:
-        # Ex) p.grad = None  /  p.grad = torch.zeros_like(p)  /  p.grad = Variable(g.new().resize_as_(g).zero_())
+        """A clear (`p.grad = None`, `p.grad = torch.zeros_like(p)`), or a gradient set from elsewhere (`p.grad =
+        saved[i]`, a gradient computed by `autograd.grad`): not `p.grad = p.grad + noise`, which keeps what the
+        backward put there."""
         for target in node.targets:
-            if (
-                last_name(target.target) == "grad"
-                and isinstance(target.target, cst.Attribute)
-                and _clears(node.value)
-                and not self._copied_otherwise(node, dotted_name(target.target))
+            gradient = _strip_data(target.target)  # `p.grad.data = g` sets it too
+            if not isinstance(gradient, cst.Attribute) or gradient.attr.value != "grad":
+                continue
+            if _clears(node.value) and gradient is target.target:
+                if not self._copied_otherwise(node, dotted_name(gradient)):
+                    return Kind.CLEAR, None, False, False
+            elif not any(
+                isinstance(operand, cst.Attribute) and operand.attr.value == "grad"
+                for operand in (node.value, *descendants(node.value))
             ):
-                return Kind.CLEAR, None, False, False
+                return Kind.SET_GRAD, gradient.value, False, False
         return None
 
     def _copied_otherwise(self, node: cst.Assign, key: str | None) -> bool:

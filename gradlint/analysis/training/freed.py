@@ -41,6 +41,7 @@ from gradlint.analysis.facts.values import (
 )
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.names import dotted_name, last_name, names_in
+from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.analysis.syntax.tree import children
 
 Nodes = frozenset[int]
@@ -215,12 +216,23 @@ class FreedGraphs:
                 yield node
                 if isinstance(node.func, cst.Attribute):
                     yield from self.graph_reads(node.func.value)
+                cut = self._cut_arguments(node)
                 for arg in node.args:
-                    yield from self.graph_reads(arg.value)
+                    if not any(arg.value is value for value in cut):
+                        yield from self.graph_reads(arg.value)
             return
         if not isinstance(node, (cst.Lambda, cst.BaseComp)):
             for child in children(node):
                 yield from self.graph_reads(child)
+
+    def _cut_arguments(self, call: cst.Call) -> list[cst.BaseExpression]:
+        """What `call` passes to parameters that its same-module helper cuts before anything reads them (`fake =
+        fake.data` first thing in a gradient penalty): their history reaches nothing the helper computes."""
+        helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
+        if helper is None:
+            return []
+        cut = _cut_on_entry(helper)
+        return [value for name, value in arguments_of(helper, call).items() if name in cut] if cut else []
 
     def _cuts_history(self, call: cst.Call) -> bool:
         # x.detach(), x.item(), float(x), torch.tensor(x), a same-module helper that detaches,
@@ -585,6 +597,44 @@ def _assigned_keys(statement: cst.Assign | cst.AugAssign | cst.AnnAssign) -> lis
         elif (key := dotted_name(target)) is not None:
             keys.append(key)
     return keys
+
+
+def _cut_on_entry(helper: cst.FunctionDef) -> frozenset[str]:
+    """The parameters the helper's first statements rebind to a cut of themselves (`real = real.data`, `fake =
+    fake.detach()`) before any other statement reads more of them than what they are (`real.device`)."""
+    parameters = _parameters(helper)
+    cut: set[str] = set()
+    read: set[str] = set()
+    body = helper.body.body if isinstance(helper.body, cst.IndentedBlock) else ()
+    for line in body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            break
+        for statement in line.body:
+            if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0].target
+                name = target.value if isinstance(target, cst.Name) else None
+                if name in parameters and name not in read and _cut_of(statement.value, name):
+                    cut.add(name)
+                    continue
+            # Reading what a tensor is (`device = real.device`) reads none of its history.
+            keys = [key.split(".") for key in names_in(statement)]
+            read |= {parts[0] for parts in keys if len(parts) == 1 or parts[1] not in NON_GRAD_ATTRIBUTES} & parameters
+    return frozenset(cut)
+
+
+def _cut_of(value: cst.BaseExpression, name: str) -> bool:
+    """`name.data`, `name.detach()`, `name.data.clone()`, `name.detach().clone()`: a copy without history."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "clone":
+        value = value.func.value
+    if isinstance(value, cst.Attribute) and value.attr.value == "data":
+        return isinstance(value.value, cst.Name) and value.value.value == name
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "detach"
+        and isinstance(value.func.value, cst.Name)
+        and value.func.value.value == name
+    )
 
 
 def _is_init(scope: Scope) -> bool:

@@ -105,6 +105,7 @@ class ModeSwitches:
         rebinds: Callable[[Region, str], bool],
         updated_models: Callable[[cst.BaseExpression], frozenset[str]],
         updated_models_in: Callable[[cst.BaseExpression, Scope], frozenset[str]],
+        updates_only_tensors: Callable[[cst.BaseExpression], bool],
         program: ModuleProgram | None = None,
     ) -> None:
         self.collected = collected
@@ -114,6 +115,7 @@ class ModeSwitches:
         self.rebinds = rebinds
         self.updated_models = updated_models
         self.updated_models_in = updated_models_in
+        self.updates_only_tensors = updates_only_tensors
         self.forwards = ForwardCalls(collected, events.roles, events)
         self._timelines: dict[Scope, tuple[Mark, ...]] = {}
 
@@ -265,7 +267,9 @@ class ModeSwitches:
             ]
             optimized = self._optimized(scope, context.loops[-1] if context.loops else None)
             kept = [(call, found) for call, found in forwards if optimized and _optimized_any(found, optimized)]
-            forwards = kept or forwards  # none kept: the optimizer was built where the models have other names
+            # None kept: the optimizer was built where the models have other names; an empty set: the optimizers
+            # train tensors only (inputs, a perturbation), so no model trains here.
+            forwards = (kept or forwards) if optimized is None or optimized else []
             if forwards:
                 models = tuple(model for _, found in forwards for model in found)
                 # It trains from its first forward on: an eval switch between that forward and the backward (a
@@ -276,16 +280,19 @@ class ModeSwitches:
 
     def _optimized(self, scope: Scope, loop: Loop | None) -> set[str] | None:
         """The models the optimizers stepped in `loop` (or `scope`) were built on (`Adam(decoder.parameters())`);
-        None when one is not known. A frozen encoder whose output feeds the loss is no trained model."""
+        None when one is not known. A frozen encoder whose output feeds the loss is no trained model; an optimizer
+        built on tensors only (`Adam([delta])`) trains no model: an empty set when every step is one."""
         models: set[str] = set()
+        steps = 0
         for event in self.events.scope_events(scope):
             if event.kind is not Kind.STEP or (loop is not None and loop not in event.loops):
                 continue
+            steps += 1
             found = self.updated_models(event.value) if event.value is not None else frozenset()
-            if not found:
+            if not found and not (event.value is not None and self.updates_only_tensors(event.value)):
                 return None
             models |= found
-        return models or None
+        return models if steps else None
 
     def _trained_forwards(self, region: Region, backward: cst.CSTNode) -> list[cst.Call]:
         """The calls of `region` outside no_grad whose result reaches `backward`."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.analysis.facts.branches import Branches
+from gradlint.analysis.facts.leaves import is_leaf_value
 from gradlint.analysis.facts.origins import OUTSIDE, Origins
 from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.facts.steps import Event, EventIndex, Kind, TrainingStep, straight_run
@@ -90,6 +91,24 @@ class Updates:
         if key is not None:
             self._updated[key] = frozenset(models)
         return frozenset(models)
+
+    def updates_only_tensors(self, optimizer: cst.BaseExpression) -> bool:
+        """Whether every construction of `optimizer` is built on a list of tensors made to be trained, no model's
+        parameters among them (`Adam([delta_feat])` after `delta_feat = nn.Parameter(torch.zeros(n, d))`): a forward
+        of a model feeding its loss trains the inputs, not the model."""
+        constructors = self.roles.constructors(optimizer)
+        if not constructors:
+            return False
+        for constructor in constructors:
+            given = [arg.value for arg in constructor.args if arg.keyword is None or arg.keyword.value == "params"]
+            if not given or not isinstance(given[0], (cst.List, cst.Tuple)) or not given[0].elements:
+                return False
+            for element in given[0].elements:
+                key = dotted_name(element.value)
+                bound = self.roles.values.get(key, []) if key is not None else []
+                if not bound or not all(is_leaf_value(value) for value in bound):
+                    return False
+        return True
 
     def _built_by_class(self, key: str) -> set[str]:
         """The models an optimizer held on an instance of a class of this module was built on, as its methods build
