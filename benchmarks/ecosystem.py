@@ -102,6 +102,16 @@ class FetchError(Exception):
     """A pinned project the package registry does not serve (yanked, or built only for other platforms)."""
 
 
+def libraries(listing: Path) -> list[tuple[str, str]]:
+    """The pinned (name, version) pairs of a fresh draw's listing: one `name==version` a line, `#` comments."""
+    pairs = []
+    for line in listing.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.strip().partition("==")
+            pairs.append((name, version))
+    return pairs
+
+
 def fetch(name: str, version: str, *, source_first: bool = False) -> Path:
     """Download and unpack a project's wheel (or, lacking one, its source archive) once; return the folder.
 
@@ -203,8 +213,7 @@ def main() -> None:
                 results.append(lint_tree(name, commit[:12], checkout(name, url, commit, args.sources)))
         elif chosen == "fresh":
             for listing in FRESH_LISTINGS:
-                for line in listing.read_text().split():
-                    name, _, version = line.partition("==")
+                for name, version in libraries(listing):
                     results.append(lint_tree(name, version, fetch(name, version, source_first=True)))
         else:
             for name, version in (PROJECTS if chosen == "training" else LARGE).items():

@@ -25,19 +25,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: the ecosystem check's download and report
 
-from ecosystem import FetchError, fetch, lint_tree, render  # noqa: E402
+from ecosystem import FetchError, fetch, libraries, lint_tree, render  # noqa: E402
 
 RIGHT = frozenset({"bug", "waste", "nit"})
-
-
-def libraries(listing: Path) -> list[tuple[str, str]]:
-    """The pinned (name, version) pairs of a draw's listing."""
-    pairs = []
-    for line in listing.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, version = line.strip().partition("==")
-            pairs.append((name, version))
-    return pairs
 
 
 def tally(draws: list[Path]) -> dict[str, tuple[int, int]]:
