@@ -1211,6 +1211,12 @@ class Outlines:
         outlined = self.outline(target[0]) if target is not None else None
         return target if target is not None and outlined is not None and target[1] in outlined.classes else None
 
+    def defines_class(self, ref: Ref, module: str) -> bool:
+        """Whether `ref` names a class of the project (of `module`, or of another module it imports)."""
+        target = self._class_target(ref, module)
+        outlined = self.outline(target[0]) if target is not None else None
+        return outlined is not None and target is not None and target[1] in outlined.classes
+
     def bases(self, ref: Ref, module: str) -> tuple[str, ...]:
         """The last names of every base class (transitively) of the project class `ref` names, or () if not one."""
         return tuple(base.name.rpartition(".")[2] for outlined in self._lineage(ref, module) for base in outlined.bases)

@@ -23,11 +23,11 @@ from typing import Any
 from gradlint.rule import Diagnostic
 
 SUFFIX = ".ipynb"
-# An IPython escape at the start of a logical line: `%time f()`, `!pip install x`,
-# `files = !ls`, `out = %sx ls`, `torch.nn?`, `??model`; and the package managers' automagics
-# (`pip install -U x`, `conda install y` without the `%`), a name followed by a subcommand: never Python.
+# An IPython escape at the start of a logical line: `%time f()`, `!pip install x`, `files = !ls`,
+# `out = %sx ls`, `torch.nn?`, `??model`, `?create_dataset`, `?torch.*grad*`; and the package managers'
+# automagics (`pip install -U x`, `conda install y` without the `%`), a name followed by a subcommand: never Python.
 _ESCAPE = re.compile(
-    r"^\s*(?:[%!]|[\w.]+\s*=\s*[%!]|\?*[\w.]+\?{1,2}\s*$"
+    r"^\s*(?:[%!]|[\w.]+\s*=\s*[%!]|\?*[\w.]+\?{1,2}\s*$|\?{1,2}[\w.*]+\s*$"
     r"|(?:pip|conda|mamba)\s+(?:install|uninstall|list|show|freeze|download|update|upgrade|remove|create|env)\b)"
 )
 # Cell magics whose body is Python and is linted; any other `%%magic` cell (`%%bash`,

@@ -71,7 +71,9 @@ def test_cells_share_context_like_one_module() -> None:
 
 
 def test_ipython_syntax_is_masked_but_percent_in_python_is_kept() -> None:
-    python_percent = "period = (step\n    % 10)\nshell = !ls\nmodel?\npip install -U -q matplotlib\npip = 3\n"
+    python_percent = (
+        "period = (step\n    % 10)\nshell = !ls\nmodel?\n?create_dataset\npip install -U -q matplotlib\npip = 3\n"
+    )
     data = notebook(SETUP, BASH, python_percent, LEAKY_LOOP)
     assert findings(data) == [(5, 7, 5, "GL001")]
     source = read_notebook(data).source

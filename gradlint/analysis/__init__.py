@@ -151,7 +151,7 @@ class ModuleAnalysis:
                 inner is None
                 and dotted is not None
                 and self.program is not None
-                and any(b.endswith("TestCase") for b in self.program.class_bases(dotted, self.imports))
+                and any(b.endswith("TestCase") for b in self.program.class_bases(dotted, self.imports) or ())
             ):
                 return True
         return False

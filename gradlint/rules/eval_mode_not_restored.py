@@ -55,6 +55,10 @@ class EvalModeNotRestored(Rule):
     `self.model` to eval, after `evaluator = Evaluator(net, loader)`, leaves `net` in eval mode,
     the constructor's class in this module or in another.
 
+    Each forward that feeds the backward trains the models it runs: a data helper of another
+    module run before `model.train()` (`inputs = mask_tokens(inputs, tokenizer)`) trains none,
+    and the switch back after it comes in time.
+
     A loop whose optimizers are built on tensors only (`Adam([delta])` over an input
     perturbation made with `nn.Parameter(...)`) trains no model: a model left in eval mode
     for it (test-time adaptation, an adversarial search through a frozen model) is not

@@ -34,7 +34,9 @@ class EvalWithoutNoGrad(Rule):
     for the flag's validation value, unless every call of the module passes the training
     one. A model is what the code shows it to be: what an optimizer trains is a model,
     whatever its class is called (`ModelWithLoss`), and a method a base class in another
-    module defines is that method, not a forward, whatever its name. A forward takes inputs:
+    module defines is that method, not a forward, whatever its name. A class is a module by
+    what its bases derive from, in this module or another of the project, not by their names:
+    `self(loader)` in a class derived from a plain `BaseModule` runs its own `__call__`. A forward takes inputs:
     a call with no arguments of something a model only by its name
     (`self.quantizer.true_model_size()`) is not one. The first model call of
     each loop is reported; so is a call of a helper of the same module whose body runs
@@ -75,11 +77,13 @@ class EvalWithoutNoGrad(Rule):
     or one such code calls), a forward whose every use is detached (`x_test = self.G(z)` used
     only as `x_test.data`, `images = g(z).data.cpu()`) is reported too, inside a training loop
     as well: its graph serves nothing (a preview sample, a logged image, an accuracy check after
-    an attack). A detached output that may reach a loss the scope backpropagates (a target
-    network's output in a TD target, a generator's detached sample the critic scores, a value
-    kept in a list the loss is built from) is part of the step and is not reported, nor is one
-    a `return` hands to the caller or a statement stores outside the scope (`self.target =
-    ...`).
+    an attack). A use detaches where a helper of the module takes the output and only detaches
+    it (`self.save_grid(self.G(z))`, whose first statement maps each sample through
+    `.detach()`: `[s.detach() for s in samples]`, `map(lambda s: s.detach(), samples)`). A
+    detached output that may reach a loss the scope backpropagates (a target network's output
+    in a TD target, a generator's detached sample the critic scores, a value kept in a list the
+    loss is built from) is part of the step and is not reported, nor is one a `return` hands to
+    the caller or a statement stores outside the scope (`self.target = ...`).
 
     A method of a model proven one (not only named one), handed what the loop iterates
     (`model.encode(batch)`), is a forward too, unless the code throws its result away (a

@@ -70,7 +70,10 @@ class LossAccumulation(Rule):
     A loss function known only by its name (`grad_loss_fn = task.get_grad_loss_func()`) carries
     the graph of what it is given and nothing of its own: per-sample gradients it computes
     from detached parameters keep no graph; a criterion has weights only where the code is
-    seen building it as a class that has them.
+    seen building it as a class that has them. What a helper of the module returns carries a
+    graph only through the parameters that are given one at the call: a benchmark's
+    `train(model, "cuda")` that returns records of timings, the device and
+    `model.__class__.__name__` (Python's own attributes are never tensors) keeps nothing.
 
     Known problems
     An object whose class cannot be proven (a parameter without an annotation) is not

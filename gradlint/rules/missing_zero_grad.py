@@ -9,7 +9,7 @@ import libcst as cst
 
 from gradlint.analysis import Event, Kind, Role, TrainingStep
 from gradlint.analysis.facts.origins import Binding, Definition
-from gradlint.analysis.facts.steps import straight_run
+from gradlint.analysis.facts.steps import ends_loop, straight_run
 from gradlint.analysis.syntax.collect import Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, operand_names
 from gradlint.analysis.syntax.tree import children
@@ -82,6 +82,11 @@ class MissingZeroGrad(Rule):
     A clear in one arm of an `if` covers only the steps of that arm: `if amp:
     opt.zero_grad(); ...; scaler.step(opt) else: loss.backward(); opt.step()` never clears
     in its `else`.
+
+    A step after which its loop ends (the lines after it `break`, `return`, or set the flag a
+    `while not stop:` loop tests) closes an accumulation: no backward of that loop follows it,
+    and the clear belongs to the loop around it (`optimizer.zero_grad()` at the top of each
+    outer step).
 
     A step that sets the gradients itself (`p.grad = g`, `p.grad.data = g`, `p.grad.copy_(g)`,
     here or in a helper of the module) applies what it set: nothing accumulates, and a clear
@@ -187,7 +192,11 @@ class MissingZeroGrad(Rule):
 
     def _uncleared_backward(self, step: TrainingStep) -> Event | None:
         clears = step.of_kind(Kind.CLEAR)
-        steps = [event for event in step.of_kind(Kind.STEP) if not self._fresh_single_step(step, event)]
+        steps = [
+            event
+            for event in step.of_kind(Kind.STEP)
+            if not self._fresh_single_step(step, event) and not self._ends_loop(step, event)
+        ]
         if not steps or self._overwrites_gradients(step):
             return None
         # A clear in the other arm of an `if` never runs with the step (`if amp: opt.zero_grad(); ...;
@@ -222,6 +231,14 @@ class MissingZeroGrad(Rule):
             if event.target not in cleared:
                 return _last_before(step.events, event, Kind.BACKWARD)
         return None
+
+    def _ends_loop(self, step: TrainingStep, event: Event) -> bool:
+        """A step after which its loop ends (`optimizer.step(); stop_accumulating = True` in `while not
+        stop_accumulating:`): the loop accumulates until it, and what clears is the enclosing loop's business."""
+        if isinstance(step.node, cst.FunctionDef) or not event.direct:
+            return False
+        statement = self.analysis.statement_of(event.node) if isinstance(event.node, cst.Call) else event.node
+        return statement is not None and ends_loop(step.node, statement)
 
     def _stale_since_last_step(self, step: TrainingStep) -> tuple[Event, Event, Event] | None:
         """The backward whose gradients an optimizer applies together with those its previous step already applied:

@@ -112,7 +112,7 @@ class Roles:
     def __init__(
         self,
         collected: Collected,
-        project_bases: Callable[[str], tuple[str, ...]] | None = None,
+        project_bases: Callable[[str], tuple[str, ...] | None] | None = None,
         project_returns: Callable[[str], str | None] | None = None,
     ) -> None:
         self.imports: ImportMap = collected.imports
@@ -401,7 +401,7 @@ class Roles:
             return Role.MODEL
         if self.project_bases is not None and local is not None:
             # A class is known by what it derives from, not by a capital letter (`conv2DBatchNormRelu(...)`).
-            bases = self.project_bases(local)
+            bases = self.project_bases(local) or ()
             if any(base.endswith("Loss") for base in bases):
                 return Role.LOSS_FN
             if any(base in MODEL_BASES for base in bases):
@@ -441,10 +441,23 @@ class Roles:
             return False
         for base in cls.bases:
             base_name = last_name(base.value) or ""
-            if base_name.endswith(suffixes) or (
-                base_name != class_name and self._inherits(base_name, suffixes, depth + 1)
-            ):
-                return True
+            dotted = dotted_name(base.value)
+            elsewhere = (
+                self.project_bases(dotted)
+                if self.project_bases is not None and dotted is not None and base_name not in self.classes
+                else None
+            )
+            if base_name in self.classes and base_name != class_name:
+                # A class of this module is known by what it derives from, not by its name.
+                if self._inherits(base_name, suffixes, depth + 1):
+                    return True
+            elif elsewhere is not None:
+                # So is a class of another module of the project: `class BaseModule:` (a plain class) makes no
+                # model of `SpectrogramModule(BaseModule)`.
+                if any(name.endswith(suffixes) for name in elsewhere):
+                    return True
+            elif base_name.endswith(suffixes):
+                return True  # torch's, a framework's, or a library's class gradlint cannot read: by its name
         return False
 
     def lineage(self, cls: cst.ClassDef) -> set[cst.ClassDef]:

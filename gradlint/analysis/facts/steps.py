@@ -834,6 +834,77 @@ class EventIndex:
         return steps
 
 
+def ends_loop(loop: Loop, statement: cst.CSTNode) -> bool:
+    """Whether the loop never runs again once `statement` (a simple statement in it) has run: the lines after it in
+    its block `break`, `return`, or set the flag a `while not flag:` loop tests (`stop_accumulating = True`)."""
+    flag = (
+        loop.test.expression.value
+        if isinstance(loop, cst.While)
+        and isinstance(loop.test, cst.UnaryOperation)
+        and isinstance(loop.test.operator, cst.Not)
+        and isinstance(loop.test.expression, cst.Name)
+        else None
+    )
+    block = _block_of(loop.body, statement)
+    if block is None:
+        return False
+    after = list(block[next(i for i, line in enumerate(block) if _holds(line, statement)) :])
+    for line in after:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if isinstance(small, (cst.Break, cst.Return)):
+                return True
+            if isinstance(small, (cst.Continue, cst.Raise)):
+                return False
+            if (
+                flag is not None
+                and isinstance(small, cst.Assign)
+                and any(isinstance(t.target, cst.Name) and t.target.value == flag for t in small.targets)
+                and isinstance(small.value, cst.Name)
+                and small.value.value == "True"
+            ):
+                return True
+    return False
+
+
+def _holds(line: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    return isinstance(line, cst.SimpleStatementLine) and any(small is statement for small in line.body)
+
+
+def _block_of(suite: cst.BaseSuite, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
+    """The statement list, in `suite` or a block nested in it (not in a nested loop or function), holding
+    `statement`."""
+    if not isinstance(suite, cst.IndentedBlock):
+        return None
+    if any(_holds(line, statement) for line in suite.body):
+        return suite.body
+    for line in suite.body:
+        if isinstance(line, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
+            continue
+        for part in _suites(line):
+            found = _block_of(part, statement)
+            if found is not None:
+                return found
+    return None
+
+
+def _suites(node: cst.CSTNode) -> list[cst.BaseSuite]:
+    """The blocks directly under a compound statement: an `if`'s arms, a `with`'s or a `try`'s bodies."""
+    found: list[cst.BaseSuite] = []
+    if isinstance(node, cst.If):
+        found.append(node.body)
+        if isinstance(node.orelse, cst.If):
+            found += _suites(node.orelse)
+        elif isinstance(node.orelse, cst.Else):
+            found.append(node.orelse.body)
+    elif isinstance(node, (cst.With, cst.Try)):
+        found.append(node.body)
+        if isinstance(node, cst.Try):
+            found += [handler.body for handler in node.handlers]
+    return found
+
+
 def rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:
     """A helper's event value in the caller's terms: `def update(optimizer)` called as `update(opt_d)` steps `opt_d`.
 

@@ -26,6 +26,7 @@ from gradlint.analysis.facts.steps import EventIndex, Kind
 from gradlint.analysis.syntax.collect import Collected, Scope
 from gradlint.analysis.syntax.flow import ForwardWalk
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, forward_receiver, last_name, operand_names
+from gradlint.analysis.syntax.refs import arguments_of
 from gradlint.frameworks import OTHER_FRAMEWORKS
 
 Env = Mapping[str, bool]
@@ -107,6 +108,7 @@ class GradValues:
         self._assumed: dict[tuple[Scope, tuple[tuple[str, bool], ...]], dict[cst.CSTNode, Env]] = {}
         self._walked: set[Scope] = set()
         self._returns: dict[cst.FunctionDef, tuple[bool, bool]] = {}
+        self._returns_given: dict[tuple[cst.FunctionDef, frozenset[str]], bool] = {}
         self._returned_elements: dict[cst.FunctionDef, tuple[tuple[bool, bool], ...] | None] = {}
         self._backprop_keys: dict[Scope, frozenset[str]] = {}
         # Containers a backpropagated value was taken out of, and the entries (as written) it was taken from.
@@ -336,8 +338,8 @@ class GradValues:
         if key is not None and key in env:
             return env[key]
         if isinstance(node, cst.Attribute):
-            if node.attr.value in NON_GRAD_ATTRIBUTES:
-                return False
+            if node.attr.value in NON_GRAD_ATTRIBUTES or _dunder(node.attr.value):
+                return False  # `out.shape`, `model.__class__.__name__`: what it is, not a value with history
             if self.evaluate(node.value, env, scope):
                 return True  # outputs.loss, out.logits
         return key is not None and key in self.backprop_keys(scope)
@@ -353,7 +355,13 @@ class GradValues:
         helper = self.events.resolve_helper(call) if call in self.collected.contexts else None
         if helper is not None:
             always, if_args = self.returns_grad(helper)
-            return always or (if_args and args_grad)
+            if always or not (if_args and args_grad):
+                return always
+            # Only the parameters given a graph here count: `train(model, "cuda")` hands none to `device`.
+            given = frozenset(
+                name for name, value in arguments_of(helper, call).items() if self.evaluate(value, env, scope)
+            )
+            return self.returns_grad_given(helper, given)
         closure = self._step_closure(call)
         if closure is not None:
             return self.returns_grad(closure)[0]  # `optimizer.step(closure)` returns what the closure returns
@@ -417,6 +425,15 @@ class GradValues:
                 (first, first or second) for first, second in zip(always_elements, if_args_elements, strict=True)
             )
         return self._returns[function]
+
+    def returns_grad_given(self, function: cst.FunctionDef, given: frozenset[str]) -> bool:
+        """Whether a same-module function returns a graph when only the parameters `given` hold one."""
+        key = (function, given)
+        if key not in self._returns_given:
+            self._returns_given[key] = False  # recursion guard
+            params = {param.name.value: param.name.value in given for param in function.params.params}
+            self._returns_given[key] = self._walk_returns(function, params).returns_grad
+        return self._returns_given[key]
 
     def returned_elements(self, function: cst.FunctionDef) -> tuple[tuple[bool, bool], ...] | None:
         """(always, if_arguments_do) per element, when every `return` of `function` writes a tuple of one length."""
@@ -668,3 +685,8 @@ def values_and_indices_source(node: cst.BaseExpression) -> cst.BaseExpression | 
     if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) not in ("torch",):
         return node.func.value if arguments else None
     return arguments[0] if len(arguments) >= 2 else None
+
+
+def _dunder(name: str) -> bool:
+    """`__class__`, `__name__`, `__dict__`: Python's own attributes, never a tensor with history."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")

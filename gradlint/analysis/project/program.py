@@ -468,10 +468,14 @@ class ModuleProgram:
         ref = name_ref(dotted, imports, local_classes=True)
         return ref is not None and self.program.outlines.binds_other(ref, self.module, attribute)
 
-    def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...]:
-        """The base class names (transitively) of the project class that `dotted` names through `imports`."""
+    def class_bases(self, dotted: str, imports: ImportMap) -> tuple[str, ...] | None:
+        """The base class names (transitively) of the project class that `dotted` names through `imports`; None when
+        it names no class of the project."""
         ref = name_ref(dotted, imports)
-        return self.program.outlines.bases(ref, self.module) if ref is not None else ()
+        outlines = self.program.outlines
+        if ref is None or not outlines.defines_class(ref, self.module):
+            return None
+        return outlines.bases(ref, self.module)
 
     def reached_tokens(self, collected: Collected, events: EventIndex, tokens: frozenset[bytes]) -> frozenset[bytes]:
         """Which of `tokens` the functions of other project modules that this module calls, and that may affect

@@ -301,6 +301,10 @@ class Evaluation:
         statement = self.collected.statement_of.get(call)
         if statement is None or any(isinstance(node, (cst.Return, cst.Yield)) for node in descendants(statement)):
             return True
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            handed_to = statement.value
+            if any(value is call for value in self._handed_to_detach(handed_to, 0)):
+                return False  # `self.save_grid(self.G(z))`: the helper it is given only detaches it
         targets: list[cst.BaseExpression] = []
         if isinstance(statement, cst.Assign):
             targets = [target.target for target in statement.targets]
@@ -382,19 +386,43 @@ class Evaluation:
         ]
         return bool(uses) and all(id(node) in receivers for node in uses)
 
-    def _detached_receivers(self, scope: Scope) -> frozenset[int]:
+    def _detached_receivers(self, scope: Scope, depth: int = 0) -> frozenset[int]:
         """The nodes of `scope` whose value reaches only a detaching method or `.data`, through moves, casts,
-        reshapes and indexing (`out[0].cpu().numpy()`): ids of the innermost receivers."""
-        if scope not in self._receivers:
-            found: set[int] = set()
-            for statement in self.collected.statements_in_scope(scope):
-                for node in descendants(statement):
-                    value = _cut_operand(node)
-                    while value is not None:
-                        found.add(id(value))
-                        value = _passed_through(value)
-            self._receivers[scope] = frozenset(found)
+        reshapes and indexing (`out[0].cpu().numpy()`): ids of the innermost receivers. So is a list whose every
+        item is detached where it is mapped (`[x.detach() for x in outs]`, `map(lambda x: x.detach(), outs)`), and
+        an argument of a same-module helper that uses its parameter only so (`self.create_grid(self.gen(z))`)."""
+        if scope in self._receivers:
+            return self._receivers[scope]
+        self._receivers[scope] = frozenset()  # recursion guard: a helper that calls itself
+        found: set[int] = set()
+        statements = self.collected.statements_in_scope(scope)
+        nodes = [node for statement in statements for node in descendants(statement)]
+        for node in nodes:
+            _add_receiver(found, _cut_operand(node))
+        for node in nodes:
+            mapped = _mapped(node)
+            if mapped is not None and all(id(use) in found for use in _uses(mapped[1], mapped[0])):
+                _add_receiver(found, mapped[2])
+        for node in nodes:
+            if isinstance(node, cst.Call) and node in self.collected.contexts and depth < MAX_CALLER_DEPTH:
+                for value in self._handed_to_detach(node, depth):
+                    _add_receiver(found, value)
+        self._receivers[scope] = frozenset(found)
         return self._receivers[scope]
+
+    def _handed_to_detach(self, call: cst.Call, depth: int) -> list[cst.BaseExpression]:
+        """What `call` passes to parameters that its same-module helper uses only detached, before it rebinds them
+        (`samples = [s.detach() for s in samples]`)."""
+        helper = self.events.resolve_helper(call) or self.events.resolve_instance_method(call)
+        if helper is None:
+            return []
+        receivers = self._detached_receivers(helper, depth + 1)
+        handed = []
+        for name, value in arguments_of(helper, call).items():
+            reads = _reads_before_rebinding(helper, name)
+            if reads and all(id(use) in receivers for use in reads):
+                handed.append(value)
+        return handed
 
     def _is_module_forward(self, scope: Scope) -> bool:
         """Whether `scope` is the `forward` of a class proven an nn.Module: it runs in the grad mode of whoever calls
@@ -756,6 +784,55 @@ def _cut_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
     if isinstance(node, cst.Attribute) and node.attr.value == "data":
         return node.value
     return None
+
+
+def _add_receiver(found: set[int], value: cst.BaseExpression | None) -> None:
+    while value is not None:
+        found.add(id(value))
+        value = _passed_through(value)
+
+
+def _mapped(node: cst.CSTNode) -> tuple[str, cst.CSTNode, cst.BaseExpression] | None:
+    """(item name, what is computed from it, the iterable) of `[f(x) for x in xs]` or `map(lambda x: f(x), xs)`."""
+    if isinstance(node, (cst.ListComp, cst.GeneratorExp)) and node.for_in.inner_for_in is None:
+        target = node.for_in.target
+        if isinstance(target, cst.Name) and not node.for_in.ifs:
+            return target.value, node.elt, node.for_in.iter
+    if isinstance(node, cst.Call) and dotted_name(node.func) == "map" and len(node.args) == 2:
+        function = node.args[0].value
+        if isinstance(function, cst.Lambda) and len(function.params.params) == 1:
+            return function.params.params[0].name.value, function.body, node.args[1].value
+    return None
+
+
+def _uses(node: cst.CSTNode, name: str) -> list[cst.Name]:
+    found = [child for child in descendants(node) if isinstance(child, cst.Name) and child.value == name]
+    return found + ([node] if isinstance(node, cst.Name) and node.value == name else [])
+
+
+def _reads_before_rebinding(function: cst.FunctionDef, name: str) -> list[cst.Name]:
+    """The reads of parameter `name` in `function` up to the top-level statement that first binds it anew (that
+    statement's own reads included): what the caller's value reaches. Empty when a compound statement (a loop, a
+    branch) binds it first, where which value a later read sees is not known."""
+    reads: list[cst.Name] = []
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    for statement in body:
+        binds = _binds(statement, name)
+        reads += [node for node in _uses(statement, name) if not any(node is bound for bound in binds)]
+        if binds:
+            return reads if isinstance(statement, cst.SimpleStatementLine) else []
+    return reads
+
+
+def _binds(statement: cst.CSTNode, name: str) -> list[cst.Name]:
+    """The `name` nodes that `statement` binds (assignment targets, loop and `with ... as` names)."""
+    targets: list[cst.CSTNode] = []
+    for node in descendants(statement):
+        if isinstance(node, (cst.AssignTarget, cst.For, cst.CompFor, cst.AnnAssign)):
+            targets.append(node.target)
+        elif isinstance(node, cst.AsName):
+            targets.append(node.name)
+    return [found for target in targets for found in _uses(target, name)]
 
 
 def _passed_through(value: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -253,7 +253,7 @@ class ModeSwitches:
         return marks
 
     def _trainings(self, scope: Scope) -> list[Mark]:
-        """A TRAINING mark for each backward written in `scope`, with the models whose forward reaches it."""
+        """For each backward written in `scope`, a TRAINING mark at the first forward of each model that reaches it."""
         marks = []
         for event in self.events.scope_events(scope):
             context = self.events.context(event.node)
@@ -270,12 +270,15 @@ class ModeSwitches:
             # None kept: the optimizer was built where the models have other names; an empty set: the optimizers
             # train tensors only (inputs, a perturbation), so no model trains here.
             forwards = (kept or forwards) if optimized is None or optimized else []
-            if forwards:
-                models = tuple(model for _, found in forwards for model in found)
-                # It trains from its first forward on: an eval switch between that forward and the backward (a
-                # validation run mid-step) no longer changes the mode this step's graph was recorded in.
-                first = forwards[0][0]
-                marks.append(Mark(Mode.TRAINING, models, event.node, first, context.loops, forward=first))
+            # A model trains from its first forward in the step on: an eval switch between that forward and the
+            # backward (a validation run mid-step) no longer changes the mode this step's graph was recorded in,
+            # and a data helper run before `model.train()` (`mask_tokens(inputs, tokenizer)`) trains no model.
+            seen: set[str] = set()
+            for call, found in forwards:
+                first = [model for model in found if (dotted_name(model) or str(id(model))) not in seen]
+                seen |= {dotted_name(model) or str(id(model)) for model in first}
+                if first:
+                    marks.append(Mark(Mode.TRAINING, tuple(first), event.node, call, context.loops, forward=call))
         return marks
 
     def _optimized(self, scope: Scope, loop: Loop | None) -> set[str] | None:
@@ -304,11 +307,15 @@ class ModeSwitches:
         scope = self.events.context(backward).scope
         statement = self._statement(backward)
         found = []
+        end = self.collected.order.get(statement) if statement is not None else None
         for call in calls:
             context = self.events.context(call)
             if context.no_grad or context.scope is not scope:
                 continue
             held = self.collected.statement_of.get(call)
+            place = self.collected.order.get(held) if held is not None else None
+            if place is not None and end is not None and place > end:
+                continue  # after the backward: `logits = model(x)` again for validation feeds no graph of it
             bound = _bound_names(held) if held is not None else set()
             if held is statement or any(_covers(outer, name) for outer in bound for name in names):
                 found.append(call)
