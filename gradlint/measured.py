@@ -51,8 +51,9 @@ DRAWS = (
     "draw 14 of 2026-12-07: 22 libraries, 0.70 million lines, gradlint 9e22e30",
     "draw 15 of 2026-12-07: 39 libraries, 1.13 million lines, gradlint ffdf156",
     "draw 16 of 2026-12-07: 43 libraries, 0.92 million lines, gradlint c8c85c3",
+    "draw 17 of 2026-12-08: 47 libraries, 1.02 million lines, gradlint 856c293",
 )
-LINES = "21.90 million"
+LINES = "22.92 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -75,6 +76,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(5, 5),
         Measured(24, 23),
         Measured(1, 1),
+        Measured(3, 2),
     ),
     "GL002": (
         Measured(3, 0),
@@ -93,6 +95,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(6, 1),
         Measured(5, 3),
+        Measured(4, 1),
     ),
     "GL003": (
         NONE,
@@ -110,6 +113,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
         NONE,
     ),
     "GL004": (
@@ -129,6 +133,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 2),
         Measured(6, 2),
         Measured(9, 0),
+        Measured(2, 2),
     ),
     "GL005": (
         Measured(1, 0),
@@ -147,6 +152,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(5, 1),
         Measured(1, 1),
+        Measured(3, 3),
     ),
     "GL006": (
         NONE,
@@ -165,6 +171,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(1, 0),
     ),
     "GL007": (
         NONE,
@@ -183,6 +190,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(10, 10),
         Measured(1, 0),
         Measured(1, 1),
+        Measured(2, 2),
     ),
     "GL008": (
         Measured(5, 0),
@@ -201,6 +209,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(4, 0),
         Measured(3, 0),
+        Measured(1, 0),
     ),
     "GL009": (
         Measured(6, 0),
@@ -219,8 +228,27 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(8, 8),
         Measured(31, 25),
         Measured(20, 12),
+        Measured(34, 31),
     ),
-    "GL010": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(3, 3), NONE),
+    "GL010": (
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        Measured(3, 3),
+        NONE,
+        NONE,
+    ),
     "GL011": (
         Measured(1, 0),
         NONE,
@@ -238,6 +266,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        NONE,
     ),
     "GL013": (
         NONE,
@@ -247,6 +276,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(2, 1),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -274,6 +304,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         NONE,
+        Measured(1, 1),
     ),
     "GL016": (
         Measured(1, 0),
@@ -292,6 +323,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(10, 6),
         Measured(3, 3),
+        Measured(2, 0),
     ),
     "GL017": (
         Measured(2, 0),
@@ -310,6 +342,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(7, 0),
         Measured(2, 2),
+        Measured(4, 0),
     ),
     "GL018": (
         Measured(2, 0),
@@ -328,6 +361,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(4, 1),
         Measured(1, 1),
+        NONE,
     ),
     "GL019": (
         Measured(3, 0),
@@ -346,8 +380,27 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(4, 0),
         NONE,
+        NONE,
     ),
-    "GL020": (NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, Measured(4, 0), NONE),
+    "GL020": (
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        NONE,
+        Measured(4, 0),
+        NONE,
+        Measured(1, 1),
+    ),
     "GL022": (
         Measured(2, 1),
         NONE,
@@ -365,6 +418,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         Measured(1, 0),
         NONE,
+        Measured(1, 0),
     ),
 }
 
