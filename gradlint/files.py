@@ -90,7 +90,16 @@ def _read_gitignore(directory: Path) -> _Ignore | None:
         lines = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return _Ignore(directory, pathspec.GitIgnoreSpec.from_lines(lines))
+    # A pattern git cannot read (`configs/user.jsonnet\\`, a trailing backslash) matches nothing in git either.
+    return _Ignore(directory, pathspec.GitIgnoreSpec.from_lines(line for line in lines if _valid_pattern(line)))
+
+
+def _valid_pattern(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:  # pathspec's GitIgnorePatternError
+        return False
+    return True
 
 
 def _walk(root: Path, excludes: _Ignore, ignores: list[_Ignore], seen: set[Path]) -> Iterator[Path | Missing]:

@@ -260,6 +260,16 @@ def test_excludes_gitignore_and_virtualenvs(project: Path) -> None:
     assert "kept/" not in run("--extend-exclude", "kept", ".")[1]
 
 
+def test_a_gitignore_line_git_cannot_read_is_skipped_and_the_rest_applies(project: Path) -> None:
+    # A trailing backslash escapes nothing: git ignores the pattern, and so does gradlint, without crashing.
+    for folder in ("ignored", "kept"):
+        (project / folder).mkdir()
+        (project / folder / "train.py").write_text(BUGGY)
+    (project / ".gitignore").write_text("configs/user_without_context.jsonnet\\\nignored/\n")
+    code, out, _ = run(".")
+    assert code == 1 and "kept/train.py" in out and "ignored/" not in out
+
+
 def test_parse_errors_are_reported_and_the_run_goes_on(project: Path) -> None:
     (project / "broken.py").write_text("import torch\nfor x in loader:\n    loss.backward(\n")
     (project / "latin.py").write_bytes(b"import torch\nx = '\xff\xfe'\n")
