@@ -125,6 +125,7 @@ class Evaluation:
         self.forwards = ForwardCalls(collected, roles, events)
         self._exits: dict[Region, list[int]] = {}
         self._receivers: dict[Scope, frozenset[int]] = {}
+        self._forward_inside: dict[tuple[cst.FunctionDef, int], cst.Call | None] = {}
         self._tries: dict[Scope, dict[cst.ExceptHandler, cst.Try]] = {}  # the `try` of each `except`, per scope
         self._backpropagated_hooks = frozenset(backpropagated_returns(collected))
         self._reported: list[cst.Call] | None = None
@@ -755,11 +756,20 @@ class Evaluation:
         helper = self.events.resolve_view(view, call) or self.events.resolve_instance_method(view, call)
         if helper is None or depth > MAX_CALLER_DEPTH or self._wants_gradients_itself(helper, view):
             return None
+        key = (helper, depth)
+        if key not in self._forward_inside:
+            self._forward_inside[key] = None  # recursion guard: a helper that calls itself
+            self._forward_inside[key] = self._first_recording_forward(helper, depth)
+        return self._forward_inside[key]
+
+    def _first_recording_forward(self, helper: cst.FunctionDef, depth: int) -> cst.Call | None:
         for inner in self.collected.calls_in_scope(helper):
-            if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED or self._builds_no_graph(inner):
+            if self.collected.contexts[inner].grad_mode is not GradMode.ENABLED:
                 continue
             if self.forwards.is_forward(inner):
-                return inner
+                if not self._builds_no_graph(inner):
+                    return inner
+                continue
             nested = self.helper_forward(inner, depth + 1)
             if nested is not None:
                 return nested
