@@ -52,8 +52,9 @@ DRAWS = (
     "draw 15 of 2026-12-07: 39 libraries, 1.13 million lines, gradlint ffdf156",
     "draw 16 of 2026-12-07: 43 libraries, 0.92 million lines, gradlint c8c85c3",
     "draw 17 of 2026-12-08: 47 libraries, 1.02 million lines, gradlint 856c293",
+    "draw 18 of 2026-12-08: 47 libraries, 1.13 million lines, gradlint f13784b",
 )
-LINES = "22.92 million"
+LINES = "24.05 million"
 # The fewest findings a precision is measured on: fewer newest findings reach back to older draws.
 SAMPLE = 5
 
@@ -77,6 +78,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(24, 23),
         Measured(1, 1),
         Measured(3, 2),
+        Measured(2, 1),
     ),
     "GL002": (
         Measured(3, 0),
@@ -96,6 +98,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(6, 1),
         Measured(5, 3),
         Measured(4, 1),
+        Measured(6, 1),
     ),
     "GL003": (
         NONE,
@@ -113,6 +116,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        NONE,
         NONE,
         NONE,
     ),
@@ -134,6 +138,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(6, 2),
         Measured(9, 0),
         Measured(2, 2),
+        Measured(4, 3),
     ),
     "GL005": (
         Measured(1, 0),
@@ -153,6 +158,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(5, 1),
         Measured(1, 1),
         Measured(3, 3),
+        Measured(5, 4),
     ),
     "GL006": (
         NONE,
@@ -172,6 +178,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         Measured(1, 0),
+        Measured(1, 1),
     ),
     "GL007": (
         NONE,
@@ -191,6 +198,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         Measured(1, 1),
         Measured(2, 2),
+        NONE,
     ),
     "GL008": (
         Measured(5, 0),
@@ -210,6 +218,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 0),
         Measured(3, 0),
         Measured(1, 0),
+        Measured(13, 0),
     ),
     "GL009": (
         Measured(6, 0),
@@ -229,6 +238,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(31, 25),
         Measured(20, 12),
         Measured(34, 31),
+        Measured(56, 45),
     ),
     "GL010": (
         NONE,
@@ -248,6 +258,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(3, 3),
         NONE,
         NONE,
+        NONE,
     ),
     "GL011": (
         Measured(1, 0),
@@ -262,6 +273,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(2, 0),
         NONE,
         Measured(3, 0),
+        NONE,
         NONE,
         NONE,
         NONE,
@@ -286,6 +298,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         NONE,
         NONE,
         NONE,
+        Measured(7, 0),
     ),
     "GL014": (
         NONE,
@@ -305,6 +318,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(1, 1),
+        Measured(1, 0),
     ),
     "GL016": (
         Measured(1, 0),
@@ -324,6 +338,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(10, 6),
         Measured(3, 3),
         Measured(2, 0),
+        Measured(3, 0),
     ),
     "GL017": (
         Measured(2, 0),
@@ -343,6 +358,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(7, 0),
         Measured(2, 2),
         Measured(4, 0),
+        NONE,
     ),
     "GL018": (
         Measured(2, 0),
@@ -362,6 +378,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 1),
         Measured(1, 1),
         NONE,
+        NONE,
     ),
     "GL019": (
         Measured(3, 0),
@@ -379,6 +396,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(4, 0),
+        NONE,
         NONE,
         NONE,
     ),
@@ -400,6 +418,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(4, 0),
         NONE,
         Measured(1, 1),
+        Measured(1, 1),
     ),
     "GL022": (
         Measured(2, 1),
@@ -419,6 +438,7 @@ FRESH: dict[str, tuple[Measured, ...]] = {
         Measured(1, 0),
         NONE,
         Measured(1, 0),
+        Measured(1, 1),
     ),
 }
 

@@ -178,8 +178,9 @@ def test_the_precision_the_rules_document_is_what_the_judged_draws_measured() ->
     # GL009 (8 of 8) out, each on the findings of that one draw; draw 15, the first to measure them on by default,
     # keeps them (23 of 24, 10 of 11 over draws 14 and 15, 25 of 31) and GL010 (3 of 3, its first findings) on, and
     # sends GL004 (2 of 6) and GL020 (0 of 4, its first findings) to preview; draw 16 sends GL009 (12 of 20) back;
-    # draw 17 takes it out again (31 of 34).
-    assert {"GL002", "GL005", "GL016", "GL017", "GL004", "GL020"} <= preview
-    assert preview == set(findings) - {"GL001", "GL007", "GL009", "GL010"}
-    assert newest("GL001") == (Measured(28, 26), 3)
+    # draw 17 takes it out again (31 of 34); draw 18 keeps it (45 of 56), takes GL004 (5 of 6 over draws 17 and
+    # 18) and GL005 (4 of 5) out, and sends GL001 (3 of 5 over draws 17 and 18) to preview.
+    assert {"GL001", "GL002", "GL016", "GL017", "GL020"} <= preview
+    assert preview == set(findings) - {"GL004", "GL005", "GL007", "GL009", "GL010"}
+    assert newest("GL001") == (Measured(5, 3), 2)
     assert total("GL009").right * 5 < total("GL009").findings * 4  # over all the draws it is still under 0.8
