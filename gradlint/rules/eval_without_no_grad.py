@@ -32,8 +32,10 @@ class EvalWithoutNoGrad(Rule):
     by a flag of its own (`if is_train: model.train()` / `else: model.eval()`, or
     `model.train(mode=is_train)`, the backward under `if is_train:`) is evaluation code
     for the flag's validation value, unless every call of the module passes the training
-    one. A model is what the code shows it to be: what an optimizer trains is a model,
-    whatever its class is called (`ModelWithLoss`), and a method a base class in another
+    one; it runs in the grad mode of the calls that may pass the validation value
+    (`procedure(loader, net, "valid")` called only inside `with torch.no_grad():` records
+    nothing, whatever the training call does). A model is what the code shows it to be: what
+    an optimizer trains is a model, whatever its class is called (`ModelWithLoss`), and a method a base class in another
     module defines is that method, not a forward, whatever its name. A class is a module by
     what its bases derive from, in this module or another of the project, not by their names:
     `self(loader)` in a class derived from a plain `BaseModule` runs its own `__call__`. A forward takes inputs:

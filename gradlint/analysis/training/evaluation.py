@@ -647,7 +647,7 @@ class Evaluation:
                 continue
             if self._builds_no_graph(call) or self._forward_needs_gradients(call):
                 continue
-            if self._records(call) and (
+            if self._records_in(region, call) and (
                 self.forwards.is_forward(call)
                 or self.helper_forward(call) is not None
                 or self._model_method_on_data(call, context.loops)
@@ -774,6 +774,20 @@ class Evaluation:
             if nested is not None:
                 return nested
         return None
+
+    def _records_in(self, region: Region, call: cst.Call) -> bool:
+        """`_records` for a forward of a region run by a flag of its function (`procedure(..., mode)` evaluating for
+        `mode="valid"`): only the calls of the module that may pass that value count, so a validating caller that
+        runs it under `no_grad` decides, whatever the training caller does."""
+        if not self._records(call):
+            return False
+        function = region.scope
+        if not region.phase or not isinstance(function, cst.FunctionDef):
+            return True
+        if self.collected.contexts[call].function is not function:
+            return True
+        sites = [site for site in self.callers.call_sites(function) if _may_pass(function, site, region.off)]
+        return not sites or any(self._records(site, 1) for site in sites)
 
     def _records(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Whether `node` may run with grad recording: not under no_grad, nor only called from there."""
