@@ -21,7 +21,7 @@ from gradlint.analysis.facts.roles import Role, Roles
 from gradlint.analysis.syntax.collect import Collected, Context, Loop, Scope
 from gradlint.analysis.syntax.names import ImportMap, dotted_name, is_true, last_name
 from gradlint.analysis.syntax.refs import arguments_of, call_positional_params, stored_parameters
-from gradlint.analysis.syntax.tree import descendants
+from gradlint.analysis.syntax.tree import block_holding, descendants
 
 MAX_INLINE_DEPTH = 4
 JUMPS = (cst.Return, cst.Raise)
@@ -845,11 +845,11 @@ def ends_loop(loop: Loop, statement: cst.CSTNode) -> bool:
         and isinstance(loop.test.expression, cst.Name)
         else None
     )
-    block = _block_of(loop.body, statement)
+    block = block_holding(loop, statement, into_loops=False)
     if block is None:
         return False
-    after = list(block[next(i for i, line in enumerate(block) if _holds(line, statement)) :])
-    for line in after:
+    at = next(i for i, line in enumerate(block) if isinstance(line, cst.SimpleStatementLine) and statement in line.body)
+    for line in block[at:]:
         if not isinstance(line, cst.SimpleStatementLine):
             continue
         for small in line.body:
@@ -866,43 +866,6 @@ def ends_loop(loop: Loop, statement: cst.CSTNode) -> bool:
             ):
                 return True
     return False
-
-
-def _holds(line: cst.CSTNode, statement: cst.CSTNode) -> bool:
-    return isinstance(line, cst.SimpleStatementLine) and any(small is statement for small in line.body)
-
-
-def _block_of(suite: cst.BaseSuite, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
-    """The statement list, in `suite` or a block nested in it (not in a nested loop or function), holding
-    `statement`."""
-    if not isinstance(suite, cst.IndentedBlock):
-        return None
-    if any(_holds(line, statement) for line in suite.body):
-        return suite.body
-    for line in suite.body:
-        if isinstance(line, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
-            continue
-        for part in _suites(line):
-            found = _block_of(part, statement)
-            if found is not None:
-                return found
-    return None
-
-
-def _suites(node: cst.CSTNode) -> list[cst.BaseSuite]:
-    """The blocks directly under a compound statement: an `if`'s arms, a `with`'s or a `try`'s bodies."""
-    found: list[cst.BaseSuite] = []
-    if isinstance(node, cst.If):
-        found.append(node.body)
-        if isinstance(node.orelse, cst.If):
-            found += _suites(node.orelse)
-        elif isinstance(node.orelse, cst.Else):
-            found.append(node.orelse.body)
-    elif isinstance(node, (cst.With, cst.Try)):
-        found.append(node.body)
-        if isinstance(node, cst.Try):
-            found += [handler.body for handler in node.handlers]
-    return found
 
 
 def rebound(value: cst.BaseExpression | None, helper: cst.FunctionDef, site: cst.CSTNode) -> cst.BaseExpression | None:

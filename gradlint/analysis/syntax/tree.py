@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+from collections.abc import Sequence
 from functools import cache
 
 import libcst as cst
@@ -106,4 +107,36 @@ def descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
         current = pending.pop()
         found.append(current)
         pending.extend(reversed(children(current)))
+    return found
+
+
+def block_holding(
+    root: cst.CSTNode, statement: cst.CSTNode, *, into_loops: bool = True
+) -> Sequence[cst.BaseStatement] | None:
+    """The statement list (a block's body) under `root` one of whose lines holds `statement` directly: not in a
+    function or class defined there, nor, without `into_loops`, in a loop nested in `root`."""
+    skipped = (cst.FunctionDef, cst.ClassDef) if into_loops else (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)
+    for block in blocks(root):
+        if any(isinstance(line, cst.SimpleStatementLine) and statement in line.body for line in block):
+            return block
+        for line in block:
+            if not isinstance(line, (cst.SimpleStatementLine, *skipped)):
+                found = block_holding(line, statement, into_loops=into_loops)
+                if found is not None:
+                    return found
+    return None
+
+
+def blocks(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
+    """The statement lists directly under a module or compound statement (bodies, else, except, finally)."""
+    if isinstance(node, cst.Module):
+        return [node.body]
+    parts = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
+    parts += list(getattr(node, "handlers", ()))
+    found = []
+    for part in parts:
+        if isinstance(part, cst.IndentedBlock):
+            found.append(part.body)
+        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+            found.extend(blocks(part))
     return found

@@ -54,7 +54,7 @@ from gradlint.analysis.facts.values import GradValues
 from gradlint.analysis.syntax.collect import Collected, GradMode, Loop, Scope
 from gradlint.analysis.syntax.names import dotted_name, forward_receiver, last_name, names_in
 from gradlint.analysis.syntax.refs import arguments_of
-from gradlint.analysis.syntax.tree import descendants
+from gradlint.analysis.syntax.tree import block_holding, descendants
 from gradlint.screens import DETACHING, ITERATION_WRAPPERS, LOADER_NAME, MAX_BINDING_DEPTH
 
 TRAINING_NAME = re.compile(
@@ -455,7 +455,7 @@ class Evaluation:
         order = self.collected.order
         calls = self.collected.calls_in_scope(region.scope)
         switch = next(call for call in calls if order[call] == region.start)
-        block = _block_holding(region.scope, self.collected.statement_of[switch])
+        block = block_holding(region.scope, self.collected.statement_of[switch])
         if block is None:
             return ()
         statement = self.collected.statement_of[switch]
@@ -958,31 +958,3 @@ def _data_items(loop: cst.For) -> list[str]:
     ):
         target = target.elements[1].value
     return list(names_in(target))
-
-
-def _block_holding(root: cst.CSTNode, statement: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
-    """The statement list (a block's body) one of whose lines holds `statement` directly."""
-    for block in _blocks(root):
-        if any(isinstance(line, cst.SimpleStatementLine) and statement in line.body for line in block):
-            return block
-        for line in block:
-            if not isinstance(line, cst.SimpleStatementLine) and not isinstance(line, cst.FunctionDef | cst.ClassDef):
-                found = _block_holding(line, statement)
-                if found is not None:
-                    return found
-    return None
-
-
-def _blocks(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
-    """The statement lists directly under a module or compound statement (bodies, else, except, finally)."""
-    if isinstance(node, cst.Module):
-        return [node.body]
-    parts = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
-    parts += list(getattr(node, "handlers", ()))
-    blocks = []
-    for part in parts:
-        if isinstance(part, cst.IndentedBlock):
-            blocks.append(part.body)
-        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
-            blocks.extend(_blocks(part))
-    return blocks
